@@ -1,0 +1,275 @@
+"""Configuration: pydantic models loaded from TOML plus ``AGENTD_*`` environment overrides.
+
+Every model forbids unknown keys, so a typo is an error with its key path, not a silently
+ignored setting. ``load_config`` raises ``ConfigError`` whose message lists every problem
+as ``key.path: reason``.
+
+Environment overrides: ``AGENTD_<SECTION>__<KEY>=value`` (double underscore between
+levels), e.g. ``AGENTD_LISTEN=0.0.0.0:9478``, ``AGENTD_EXPECT__GPUS=8``,
+``AGENTD_HCA__COMPUTE='["mlx5_0","mlx5_1"]'``. Values are read as TOML scalars or arrays
+when they parse as such, otherwise as plain strings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_CONFIG_PATH = Path("/etc/agentd/agentd.toml")
+ENV_PREFIX = "AGENTD_"
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; the message names each key and reason."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class Expectations(Section):
+    """What the node should have. Unset values are inferred (see README, 'Expectations')."""
+
+    gpus: int | None = Field(None, ge=0, le=64, description="Number of GPUs the node must have.")
+    hca_ports: int | None = Field(None, ge=0, le=256, description="Number of ACTIVE compute HCA ports the node must have.")
+    rate_gbps: float | None = Field(None, gt=0, description="Expected rate of every compute port, Gb/s (400 for NDR/400GbE).")
+    width: int | None = Field(None, ge=1, le=16, description="Expected lane width of every compute port (4 for 4X).")
+    roce_mtu: int = Field(9000, ge=576, le=65535, description="Netdev MTU expected on RoCE compute interfaces.")
+    ipoib_mtu: int | None = Field(None, ge=576, le=65535, description="Netdev MTU expected on IPoIB interfaces; unset: reported, not judged.")
+    nvlinks_per_gpu: int | None = Field(None, ge=0, le=64, description="Active NVLinks per GPU; unset: every link NVML reports as supported must be up.")
+    gpu_nic_path: Literal["PIX", "PXB", "PHB", "NODE", "SYS"] | None = Field(
+        None,
+        description="Worst acceptable path from each GPU to its nearest compute NIC; unset: SYS is a warning only when the node has a closer layout for other GPUs.",
+    )
+
+
+class HcaSelection(Section):
+    """Which RDMA devices carry GPU traffic (compute) and which serve storage/management."""
+
+    compute: list[str] = Field(
+        default_factory=list,
+        description="Glob patterns of compute HCAs (e.g. 'mlx5_[0-7]'). Empty: the largest group of HCAs with the same model and link layer.",
+    )
+    exclude: list[str] = Field(default_factory=list, description="Glob patterns never treated as compute (storage, management, BlueField bonds).")
+
+
+class Intervals(Section):
+    fast_s: float = Field(2.0, gt=0, le=3600, description="Port state, netdev state, kernel modules.")
+    medium_s: float = Field(10.0, gt=0, le=3600, description="Counters, ethtool statistics, NVML.")
+    slow_s: float = Field(30.0, gt=0, le=86400, description="PCI tree and config space, GID tables, system info.")
+    stale_after: float = Field(3.0, ge=1.5, le=100, description="Data is stale (and /health 503) when the last full collection is older than this many slow intervals.")
+    event_debounce_s: float = Field(0.5, ge=0, le=60, description="udev events within this window trigger one re-collection.")
+    check_rate_window_s: float = Field(2.0, ge=0, le=60, description="`agentd check`: seconds between the two collections used for counter rates (0: one collection, no rates).")
+
+
+class Timeouts(Section):
+    probe_s: float = Field(5.0, gt=0, le=300, description="Limit for one sysfs/ethtool probe run.")
+    nvml_s: float = Field(5.0, gt=0, le=300, description="Limit for one NVML probe run.")
+
+
+class CounterThreshold(Section):
+    per_s: float = Field(..., ge=0, description="Rate above which the finding is raised (events per second).")
+    severity: Literal["warning", "critical"] = "warning"
+
+
+def _default_counter_thresholds() -> dict[str, CounterThreshold]:
+    # Defaults from published practice (NVSentinel NIC design, gpud); see README "Thresholds".
+    return {
+        "symbol_error": CounterThreshold(per_s=120 / 3600, severity="critical"),
+        "link_error_recovery": CounterThreshold(per_s=0.0, severity="warning"),
+        "port_rcv_errors": CounterThreshold(per_s=1.0, severity="warning"),
+        "excessive_buffer_overrun_errors": CounterThreshold(per_s=0.0, severity="critical"),
+        "local_link_integrity_errors": CounterThreshold(per_s=0.0, severity="critical"),
+        "port_xmit_discards": CounterThreshold(per_s=100.0, severity="warning"),
+        "local_ack_timeout_err": CounterThreshold(per_s=1.0, severity="warning"),
+        "rnr_nak_retry_err": CounterThreshold(per_s=0.0, severity="critical"),
+        "out_of_sequence": CounterThreshold(per_s=100.0, severity="warning"),
+    }
+
+
+class Thresholds(Section):
+    counters: dict[str, CounterThreshold] = Field(
+        default_factory=_default_counter_thresholds,
+        description="IB counter (counters/ or hw_counters/ name) -> rate threshold and severity. Replaces the defaults as a whole when given.",
+    )
+    flap_count: int = Field(3, ge=1, description="Down->up cycles (or link_downed increments) within flap_window_s that make a port flapping.")
+    flap_window_s: float = Field(12 * 3600.0, gt=0, description="Window for flap counting.")
+    pause_storm_per_s: float = Field(1000.0, ge=0, description="PFC pause frames per second per priority above which roce.pfc.pause_storm is raised.")
+    nvlink_error_per_s: float = Field(0.0, ge=0, description="NVLink CRC/replay/recovery errors per second above which nvlink.link.errors is raised.")
+    history_size: int = Field(720, ge=2, le=100000, description="Snapshots kept in memory for rates and flap detection.")
+
+
+class RoceSettings(Section):
+    priority: int = Field(3, ge=0, le=7, description="The lossless priority RDMA traffic uses (PFC and ECN must be on for it).")
+    require_pfc: bool = Field(True, description="Judge PFC when its configuration is readable.")
+    require_ecn: bool = Field(True, description="Judge ECN (np and rp) for the RoCE priority.")
+
+
+class Paths(Section):
+    nccl_env: Path = Field(Path("/etc/nccl.env"), description="Sourceable NCCL env file (bash/sh).")
+    nccl_conf: Path = Field(Path("/etc/nccl.conf"), description="NCCL's own KEY=VALUE file; written only when nccl.write_conf is true.")
+    nccl_topo: Path = Field(Path("/etc/nccl/topo.xml"), description="NCCL topology XML.")
+    baseline: Path = Field(Path("/var/lib/agentd/baseline.json"), description="First healthy inventory, for inventory.*.missing.")
+    state_dir: Path = Field(Path("/var/lib/agentd"), description="agentd's own state (baseline, bench history).")
+    nfd_features: Path | None = Field(None, description="node-feature-discovery features.d file to write (unset: not written).")
+
+
+NCCL_GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
+
+
+class NcclSettings(Section):
+    enabled: bool = Field(True, description="Render and write the NCCL env file and topology XML.")
+    write_conf: bool = Field(False, description="Also write nccl.conf, which NCCL reads by itself for every job on the node.")
+    write_topo: bool = Field(True, description="Write the topology XML and point NCCL_TOPO_FILE at it.")
+    restore_drift: bool = Field(True, description="Rewrite a managed file someone edited (drift is always reported).")
+    socket_ifname: str | None = Field(None, description="Bootstrap interface for NCCL_SOCKET_IFNAME; unset: the interface of the default route when readable, else not set.")
+    ib_tc: int | None = Field(None, ge=0, le=255, description="NCCL_IB_TC (fabric-wide; same on all nodes).")
+    ib_sl: int | None = Field(None, ge=0, le=15, description="NCCL_IB_SL (fabric-wide).")
+    cross_nic: Literal[0, 1, 2] | None = Field(None, description="NCCL_CROSS_NIC (fabric-wide).")
+    net_plugin: str | None = Field(None, description="NCCL_NET_PLUGIN.")
+    overrides: dict[str, str] = Field(default_factory=dict, description="Operator-set NCCL_* variables, validated against what NCCL accepts.")
+    profile: str | None = Field(None, description="Name of a profile in nccl.profiles to apply on top of overrides.")
+    profiles: dict[str, dict[str, str]] = Field(default_factory=dict, description="Named sets of NCCL_* overrides (e.g. 'training', 'inference').")
+
+    @field_validator("overrides")
+    @classmethod
+    def _nccl_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"NCCL_[A-Z0-9_]+", key):
+                raise ValueError(f"{key!r} is not an NCCL_* variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _profile_exists(self) -> "NcclSettings":
+        if self.profile is not None and self.profile not in self.profiles:
+            raise ValueError(f"profile {self.profile!r} is not defined in nccl.profiles")
+        return self
+
+
+class WebSettings(Section):
+    config_file: Path | None = Field(None, description="exporter-toolkit web config (tls_server_config, basic_auth_users), as node_exporter --web.config.file.")
+    max_request_bytes: int = Field(8192, ge=1024, le=1 << 20, description="Largest request (line + headers) accepted.")
+
+
+class BenchSettings(Section):
+    enabled: bool = Field(False, description="Let the daemon run `agentd bench nccl` on a schedule (opt-in).")
+    interval_s: float = Field(24 * 3600.0, ge=60, description="Seconds between scheduled runs.")
+    idle_only: bool = Field(True, description="Only run when no process uses the GPUs.")
+    time_limit_s: float = Field(600.0, gt=0, le=7200, description="Hard limit for one run.")
+    nccl_tests_dir: Path | None = Field(None, description="Directory with all_reduce_perf etc.; unset: search PATH.")
+    min_busbw_gbps: dict[str, float] = Field(default_factory=dict, description="op -> minimum acceptable bus bandwidth (GB/s) at the largest size.")
+
+
+class AgentConfig(Section):
+    host_root: Path = Field(Path("/"), description="Root of the host filesystem (sysfs under host_root/sys); '/' on a node, the mount point in a container.")
+    listen: str = Field("127.0.0.1:9478", description="HOST:PORT of the HTTP server; loopback by default.")
+    log_format: Literal["auto", "json", "console"] = Field("auto", description="auto: JSON when stderr is not a TTY.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    expect: Expectations = Field(default_factory=Expectations)
+    hca: HcaSelection = Field(default_factory=HcaSelection)
+    intervals: Intervals = Field(default_factory=Intervals)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    roce: RoceSettings = Field(default_factory=RoceSettings)
+    paths: Paths = Field(default_factory=Paths)
+    nccl: NcclSettings = Field(default_factory=NcclSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be HOST:PORT with a port in 1-65535 (e.g. 127.0.0.1:9478, [::1]:9478)")
+        return v
+
+
+def _format_validation_error(err: ValidationError, origin: str) -> str:
+    lines = [f"invalid configuration ({origin}):"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"  {loc}: {msg}" + (f" (got {e['input']!r})" if e["type"] not in ("extra_forbidden", "missing") and not isinstance(e.get("input"), dict) else ""))
+    return "\n".join(lines)
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
+    """Turn AGENTD_A__B=v into {"a": {"b": v}}."""
+    tree: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == "AGENTD_CONFIG":
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        node = tree
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"invalid configuration (environment): {name}: conflicts with another AGENTD_ variable")
+        node[parts[-1]] = _parse_env_value(raw)
+    return tree
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(
+    path: Path | str | None = None,
+    environ: dict[str, str] | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+) -> AgentConfig:
+    """Load a config file (missing default path is fine; a missing explicit path is an error),
+    apply AGENTD_* environment overrides, then explicit overrides (CLI flags)."""
+    env = os.environ if environ is None else environ
+    explicit = path is not None or "AGENTD_CONFIG" in env
+    cfg_path = Path(path) if path is not None else Path(env.get("AGENTD_CONFIG", DEFAULT_CONFIG_PATH))
+    data: dict[str, Any] = {}
+    origin = str(cfg_path)
+    try:
+        text = cfg_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"config file {cfg_path} does not exist") from None
+        origin = "defaults"
+    except OSError as e:
+        raise ConfigError(f"config file {cfg_path} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {cfg_path} is not UTF-8 text") from None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {cfg_path} is not valid TOML: {e}") from None
+    env_tree = env_overrides(env)
+    if env_tree:
+        data = _merge(data, env_tree)
+        origin += " + AGENTD_* environment"
+    if overrides:
+        data = _merge(data, overrides)
+        origin += " + command line"
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, origin)) from None

@@ -1,0 +1,207 @@
+"""Bounded, host-root-relative file access shared by every reader.
+
+A reader gets a ``ReadContext`` for its source. Every read goes through it, so that:
+- paths are taken under the host root (``/`` on a node, a directory in tests, the
+  simulator and containers), and symlinks are resolved without leaving it;
+- reads are size-capped and never follow a symlink in the last component;
+- failures become typed ``ReadError`` records instead of exceptions;
+- the number of files read is counted (the benchmark prints it).
+
+Sysfs quirks handled here: missing trailing newline, trailing spaces, ``N/A`` values, and
+EINVAL on empty GID table entries (reported to the caller as "empty", not an error).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentd.model import ReadError, ReadErrorKind
+
+MAX_ATTR_BYTES = 64 * 1024  # sysfs attributes are at most a page; procfs files we read are small
+
+
+class ReadFailure(Exception):
+    def __init__(self, kind: ReadErrorKind, detail: str, err: int | None = None):
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+        self.errno = err
+
+
+@dataclass(frozen=True)
+class HostRoot:
+    """The root a node image lives under. ``rel`` paths are relative to it ("sys/class/net")."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | os.PathLike[str]) -> "HostRoot":
+        return cls(Path(os.path.realpath(root)))
+
+    @property
+    def is_live(self) -> bool:
+        """True when reading the running system's own root (real NVML, ioctls, netlink)."""
+        return self.root == Path("/")
+
+    @property
+    def sim_dir(self) -> Path:
+        return self.root / ".agentd-sim"
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.sim_dir.is_dir()
+
+    def abs(self, rel: str | os.PathLike[str]) -> Path:
+        return self.root / str(rel).lstrip("/")
+
+    def rel(self, absolute: str | os.PathLike[str]) -> str:
+        p = str(absolute)
+        r = str(self.root)
+        if r == "/":
+            return p.lstrip("/")
+        return p[len(r) :].lstrip("/") if p.startswith(r) else p
+
+    def contains(self, absolute: str) -> bool:
+        r = str(self.root)
+        return r == "/" or absolute == r or absolute.startswith(r + os.sep)
+
+    def resolve(self, rel: str | os.PathLike[str]) -> Path:
+        """realpath of rel under the root; raises ReadFailure('escape') if it leaves the root."""
+        real = os.path.realpath(self.abs(rel))
+        if not self.contains(real):
+            raise ReadFailure("escape", f"{rel} resolves outside the host root to {real}")
+        return Path(real)
+
+
+def read_bounded(path: Path | str, max_bytes: int = MAX_ATTR_BYTES) -> bytes:
+    """Read at most max_bytes, refusing a symlink as the last component."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        chunks = []
+        left = max_bytes
+        while left > 0:
+            b = os.read(fd, min(left, 65536))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _classify_oserror(e: OSError) -> ReadErrorKind:
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "missing"
+    if e.errno == errno.ELOOP:
+        return "escape"
+    if e.errno in (errno.ETIMEDOUT,):
+        return "timeout"
+    return "unreadable"
+
+
+@dataclass
+class ReadContext:
+    """Per-probe accumulator of read errors and file counts."""
+
+    host: HostRoot
+    source: str
+    errors: list[ReadError] = field(default_factory=list)
+    files_read: int = 0
+
+    # -- errors -------------------------------------------------------------
+    def error(self, path: str | os.PathLike[str], kind: ReadErrorKind, detail: str = "") -> None:
+        p = str(path)
+        if os.path.isabs(p):
+            p = self.host.rel(p)
+        self.errors.append(ReadError(source=self.source, path=p, kind=kind, detail=detail))
+
+    # -- paths --------------------------------------------------------------
+    def resolve(self, rel: str | os.PathLike[str], *, required: bool = False) -> Path | None:
+        """Follow symlinks of a directory path, staying inside the host root."""
+        try:
+            real = self.host.resolve(self.host.rel(rel) if os.path.isabs(str(rel)) else rel)
+        except ReadFailure as e:
+            self.error(rel, e.kind, e.detail)
+            return None
+        if not real.exists():
+            if required:
+                self.error(rel, "missing", "does not exist")
+            return None
+        return real
+
+    def readlink_name(self, path: str | os.PathLike[str]) -> str | None:
+        """basename of a symlink's target (e.g. the driver name of .../driver); None if no link."""
+        p = self._abs(path)
+        try:
+            target = os.readlink(p)
+        except OSError:
+            return None
+        return os.path.basename(target.rstrip("/")) or None
+
+    def listdir(self, path: str | os.PathLike[str], *, required: bool = False) -> list[str]:
+        p = self._abs(path)
+        try:
+            names = os.listdir(p)
+        except OSError as e:
+            kind = _classify_oserror(e)
+            if required or kind != "missing":
+                self.error(p, kind, e.strerror or str(e))
+            return []
+        return sorted(names)
+
+    def _abs(self, path: str | os.PathLike[str]) -> Path:
+        p = Path(path)
+        return p if p.is_absolute() else self.host.abs(p)
+
+    # -- values -------------------------------------------------------------
+    def raw(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES) -> bytes | None:
+        p = self._abs(path)
+        try:
+            data = read_bounded(p, max_bytes)
+        except OSError as e:
+            kind = _classify_oserror(e)
+            if e.errno == errno.EINVAL:
+                # sysfs answers EINVAL for empty GID slots: an empty value, not an error.
+                return None
+            if required or kind != "missing":
+                self.error(p, kind, e.strerror or str(e))
+            return None
+        self.files_read += 1
+        return data
+
+    def text(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES) -> str | None:
+        """Attribute text with trailing whitespace/newline removed; None when absent/empty-slot."""
+        data = self.raw(path, required=required, max_bytes=max_bytes)
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8").rstrip()
+        except UnicodeDecodeError:
+            self.error(self._abs(path), "unparsable", "not UTF-8 text")
+            return None
+
+    def integer(self, path: str | os.PathLike[str], *, required: bool = False, base: int = 10) -> int | None:
+        """Integer attribute. 'N/A' (counters without a PMA) is None without an error."""
+        s = self.text(path, required=required)
+        if s is None:
+            return None
+        v = parse_int(s, base)
+        if v is None and not s.startswith("N/A"):
+            self.error(self._abs(path), "unparsable", f"expected an integer, got {s[:60]!r}")
+        return v
+
+
+def parse_int(s: str, base: int = 10) -> int | None:
+    s = s.strip()
+    if not s or s.startswith("N/A"):
+        return None
+    try:
+        if base == 16 or s.lower().startswith("0x"):
+            return int(s, 16)
+        return int(s, base)
+    except ValueError:
+        return None

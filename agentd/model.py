@@ -1,0 +1,363 @@
+"""Typed, immutable records for one node at one instant.
+
+Readers in ``agentd.host`` build these; checks and renderers only read them. Every record
+is a frozen pydantic model so the whole snapshot serialises to JSON (``/topology``,
+``agentd inspect --format json``, the baseline file) and can be validated when read back.
+
+Conventions:
+- PCI bus ids are lowercase ``dddd:bb:dd.f``.
+- Unknown values are ``None``, never a made-up default.
+- IB data counters (``port_xmit_data``/``port_rcv_data``) are stored raw, in the 4-byte
+  words the PMA counts; conversion to bytes happens in exposition.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ---------------------------------------------------------------------------
+# read errors and probe bookkeeping
+
+ReadErrorKind = Literal[
+    "missing",  # a file the reader needs does not exist
+    "unreadable",  # open/read failed (EACCES, EIO, ...)
+    "unparsable",  # the content is not what the ABI says
+    "timeout",  # the read or call did not finish in time
+    "unavailable",  # the whole source is absent (no NVML library, ioctl refused)
+    "escape",  # a symlink pointed outside the host root
+]
+
+
+class ReadError(Record):
+    """A problem reading one thing. Becomes a ``probe.failed`` finding; never an exception."""
+
+    source: str  # probe name: pci, infiniband, netdev, ethtool, dcb, modules, system, nvml
+    path: str  # path relative to the host root, or an API call name
+    kind: ReadErrorKind
+    detail: str = ""
+
+
+class ProbeStatus(Record):
+    """Outcome of one probe run (one reader over one source)."""
+
+    name: str
+    ok: bool  # finished without a source-level failure (individual read errors allowed)
+    duration_s: float
+    finished_at: float  # unix time
+    timed_out: bool = False
+    stale: bool = False  # the data in the snapshot comes from an earlier run
+    last_success_at: float | None = None
+    error: str | None = None
+    files_read: int = 0
+
+
+# ---------------------------------------------------------------------------
+# PCI
+
+
+class PathType(IntEnum):
+    """GPU-NIC PCIe distance in nvidia-smi topo vocabulary; lower is closer."""
+
+    PIX = 1  # at most one PCIe switch (or bridge) between the two
+    PXB = 2  # several PCIe switches, no host bridge
+    PHB = 3  # through the host bridge of one root complex
+    NODE = 4  # different root complexes (host bridges) of one NUMA node
+    SYS = 5  # across NUMA nodes / sockets
+
+
+PathName = Literal["PIX", "PXB", "PHB", "NODE", "SYS"]
+
+PciePortType = Literal[
+    "endpoint",
+    "legacy_endpoint",
+    "root_port",
+    "upstream",
+    "downstream",
+    "pcie_to_pci",
+    "pci_to_pcie",
+    "rc_endpoint",
+    "rc_event_collector",
+]
+
+
+class PciDevice(Record):
+    bdf: str  # 0000:1b:00.0
+    class_code: int  # 0x030200
+    vendor_id: int | None = None
+    device_id: int | None = None
+    subsystem_vendor_id: int | None = None
+    subsystem_device_id: int | None = None
+    numa_node: int | None = None  # None when sysfs says -1 or the file is absent
+    local_cpulist: str | None = None
+    current_link_speed: str | None = None  # raw sysfs text, e.g. "16.0 GT/s PCIe"
+    current_link_speed_gts: float | None = None
+    current_link_width: int | None = None
+    max_link_speed: str | None = None
+    max_link_speed_gts: float | None = None
+    max_link_width: int | None = None
+    # Bridges from the root complex down to the immediate parent, outermost first.
+    parent_chain: tuple[str, ...] = ()
+    root_complex: str | None = None  # host bridge directory, e.g. "pci0000:00"
+    driver: str | None = None
+    # From config space when readable (root); None when not readable.
+    pcie_port_type: PciePortType | None = None
+    acs_ctrl: int | None = None  # ACS control register; None: no ACS capability / not readable
+
+    @property
+    def is_bridge(self) -> bool:
+        return (self.class_code >> 8) == 0x0604
+
+    @property
+    def is_gpu(self) -> bool:
+        # 0x0300 VGA, 0x0302 3D controller. NVSwitch (0x068000) is a bridge-class device, not a GPU.
+        return (self.class_code >> 8) in (0x0300, 0x0302)
+
+    @property
+    def is_nvswitch(self) -> bool:
+        return self.class_code == 0x068000 and self.vendor_id == 0x10DE
+
+
+# ---------------------------------------------------------------------------
+# InfiniBand / RDMA
+
+
+class Gid(Record):
+    index: int
+    gid: str  # 8 groups of 4 lowercase hex digits, as sysfs prints it
+    type: str | None = None  # "IB/RoCE v1" | "RoCE v2"; None when gid_attrs is absent
+    netdev: str | None = None
+
+
+class IbPort(Record):
+    port: int
+    state: str | None = None  # "ACTIVE", "DOWN", "INIT", "ARMED", ...
+    state_id: int | None = None
+    phys_state: str | None = None  # "LinkUp", "Polling", "Disabled", ...
+    phys_state_id: int | None = None
+    rate_raw: str | None = None  # "400 Gb/sec (4X NDR)"
+    rate_gbps: float | None = None  # 400.0; 0.0 on dead ports that print 0
+    width: int | None = None  # lanes: 4 for "4X"
+    generation: str | None = None  # "NDR", "HDR", ...; None for "10 Gb/sec (4X)"
+    link_layer: str | None = None  # "InfiniBand" | "Ethernet"
+    lid: int | None = None
+    sm_lid: int | None = None
+    gids: tuple[Gid, ...] = ()
+    counters: dict[str, int] = Field(default_factory=dict)  # counters/ (+ counters_ext/)
+    hw_counters: dict[str, int] = Field(default_factory=dict)  # mlx5 hw_counters/
+    netdev: str | None = None  # the netdev of this port (RoCE: via gid ndevs / device net/)
+
+    @property
+    def is_active(self) -> bool:
+        return self.state == "ACTIVE"
+
+
+class Hca(Record):
+    name: str  # mlx5_0
+    hca_type: str | None = None  # MT4129
+    fw_ver: str | None = None
+    board_id: str | None = None
+    node_guid: str | None = None
+    pci_bus_id: str | None = None
+    numa_node: int | None = None
+    driver: str | None = None
+    ports: tuple[IbPort, ...] = ()
+
+
+# ---------------------------------------------------------------------------
+# Network interfaces
+
+
+class RoceEcn(Record):
+    """``/sys/class/net/<if>/ecn/roce_{np,rp}/enable/<prio>`` (mlx5)."""
+
+    np: dict[int, bool] = Field(default_factory=dict)
+    rp: dict[int, bool] = Field(default_factory=dict)
+
+
+class PfcConfig(Record):
+    """Priority flow control as the NIC is configured (DCB netlink or mlnx_qos)."""
+
+    enabled: tuple[int, ...] = ()  # priorities with PFC on
+    trust: str | None = None  # "pcp" | "dscp"
+    source: str = ""  # "dcbnl" | "mlnx_qos"
+
+
+class Netdev(Record):
+    name: str
+    ifindex: int | None = None
+    type: int | None = None  # ARPHRD: 1 ether, 32 infiniband
+    mtu: int | None = None
+    operstate: str | None = None  # "up", "down", "unknown", ...
+    carrier: bool | None = None
+    carrier_changes: int | None = None
+    carrier_up_count: int | None = None
+    carrier_down_count: int | None = None
+    speed_mbps: int | None = None  # None when unknown (-1) or down
+    address: str | None = None
+    pci_bus_id: str | None = None
+    is_virtual: bool = False  # no device link: bond, vlan, veth, lo, bridge
+    master: str | None = None  # bond/bridge master
+    bond_slaves: tuple[str, ...] = ()
+    ecn: RoceEcn | None = None
+    pfc: PfcConfig | None = None
+    ethtool: dict[str, int] | None = None  # `ethtool -S` statistics; None if not read
+
+    @property
+    def link_layer(self) -> str | None:
+        if self.type == 32:
+            return "InfiniBand"
+        if self.type == 1:
+            return "Ethernet"
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Kernel, modules and the system
+
+
+class GdrInfo(Record):
+    """What NCCL looks at to decide whether GPUDirect RDMA can register GPU memory."""
+
+    peermem_loaded: bool = False  # /sys/module/nvidia_peermem exists
+    # The first of NCCL's three paths that exists (relative to host root), if any.
+    peermem_version_path: str | None = None
+    peermem_version: str | None = None
+    nvidia_loaded: bool = False
+    nvidia_driver_version: str | None = None
+    nvidia_open_module: bool | None = None  # None: unknown (module not loaded)
+    kernel_release: str | None = None  # "6.5.0-1024-nvidia"
+    dmabuf_kernel_ok: bool | None = None  # Linux >= 5.12
+
+
+class NumaNode(Record):
+    node: int
+    cpulist: str | None = None  # "0-55,112-167"
+    cpumap: str | None = None  # "ffffffff,00000000" (kernel cpumask format)
+
+
+class SystemInfo(Record):
+    hostname: str | None = None
+    arch: str | None = None  # x86_64 | aarch64 | ppc64le
+    cpu_vendor: str | None = None  # GenuineIntel | AuthenticAMD
+    cpu_family: int | None = None
+    cpu_model: int | None = None
+    numa_nodes: tuple[NumaNode, ...] = ()
+    virtualization: str | None = None  # None on bare metal, else e.g. "kvm", "hyperv", "xen"
+    loaded_modules: tuple[str, ...] = ()  # /proc/modules names
+
+
+# ---------------------------------------------------------------------------
+# GPUs and NVLink (NVML)
+
+
+class NvLink(Record):
+    link: int
+    state: Literal["up", "down"]
+    remote_pci_bus_id: str | None = None
+    remote_type: Literal["gpu", "nvswitch", "cpu", "unknown"] | None = None
+    version: int | None = None
+    # crc_flit, crc_data, replay, recovery (NVML nvlink error counters)
+    errors: dict[str, int] = Field(default_factory=dict)
+
+
+class NvmlGpu(Record):
+    index: int
+    pci_bus_id: str  # normalised lowercase dddd:bb:dd.f
+    name: str | None = None
+    uuid: str | None = None
+    # Links NVML reports as supported; inactive ones are state "down".
+    nvlinks: tuple[NvLink, ...] = ()
+    fabric_state: Literal["not_supported", "not_started", "in_progress", "completed"] | None = None
+    fabric_status: str | None = None  # "success" or the NVML error text
+    error: str | None = None  # per-GPU NVML error (e.g. GPU lost: "GPU is lost")
+
+
+class NvmlInfo(Record):
+    available: bool = False  # False: no driver/library; a normal answer, not a failure
+    driver_version: str | None = None
+    cuda_driver_version: int | None = None  # 12040
+    gpus: tuple[NvmlGpu, ...] = ()
+    error: str | None = None  # why not available
+
+
+class Gpu(Record):
+    """A GPU as agentd sees it: from PCI, enriched by NVML when available."""
+
+    index: int  # NVML index; without NVML, the ordinal by PCI bus id (NVML's default order)
+    pci_bus_id: str
+    name: str | None = None
+    uuid: str | None = None
+    numa_node: int | None = None
+    nic_paths: dict[str, PathName] = Field(default_factory=dict)  # hca name -> path type
+    in_nvml: bool | None = None  # None: NVML unavailable; False: on PCI but NVML lost it
+
+
+# ---------------------------------------------------------------------------
+# The snapshot
+
+
+class NodeSnapshot(Record):
+    taken_at: float  # unix time the collection finished
+    host_root: str
+    system: SystemInfo = SystemInfo()
+    pci: tuple[PciDevice, ...] = ()
+    gpus: tuple[Gpu, ...] = ()
+    hcas: tuple[Hca, ...] = ()
+    netdevs: tuple[Netdev, ...] = ()
+    gdr: GdrInfo = GdrInfo()
+    nvml: NvmlInfo = NvmlInfo()
+    probes: tuple[ProbeStatus, ...] = ()
+    read_errors: tuple[ReadError, ...] = ()
+
+    def pci_device(self, bdf: str) -> PciDevice | None:
+        for dev in self.pci:
+            if dev.bdf == bdf:
+                return dev
+        return None
+
+    def hca(self, name: str) -> Hca | None:
+        for h in self.hcas:
+            if h.name == name:
+                return h
+        return None
+
+    def netdev(self, name: str) -> Netdev | None:
+        for n in self.netdevs:
+            if n.name == name:
+                return n
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Findings
+
+Severity = Literal["ok", "warning", "critical"]
+SEVERITY_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
+
+
+class Finding(Record):
+    code: str  # stable, dotted: ib.port.down
+    severity: Severity
+    subject: str  # mlx5_3:1, gpu3, 0000:1b:00.0, node
+    message: str  # one line, measured and expected values
+    remediation: str = ""
+    measured: str | float | int | None = None
+    expected: str | float | int | None = None
+
+
+def overall_status(findings: list[Finding] | tuple[Finding, ...]) -> Literal["ok", "degraded", "critical"]:
+    worst = max((SEVERITY_RANK[f.severity] for f in findings), default=0)
+    return ("ok", "degraded", "critical")[worst]  # type: ignore[return-value]
+
+
+def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> list[Finding]:
+    """Most severe first, then by code and subject, so output is stable."""
+    return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.code, f.subject))
