@@ -123,7 +123,7 @@ class ReadContext:
     def resolve(self, rel: str | os.PathLike[str], *, required: bool = False) -> Path | None:
         """Follow symlinks of a directory path, staying inside the host root."""
         try:
-            real = self.host.resolve(self.host.rel(rel) if os.path.isabs(str(rel)) else rel)
+            real = self.host.resolve(self.host.rel(self._abs(rel)))
         except ReadFailure as e:
             self.error(rel, e.kind, e.detail)
             return None
@@ -154,8 +154,12 @@ class ReadContext:
         return sorted(names)
 
     def _abs(self, path: str | os.PathLike[str]) -> Path:
+        """Absolute paths already under the root (from ``resolve``) are kept; anything
+        else, "/sys/..." included, is taken relative to the host root."""
         p = Path(path)
-        return p if p.is_absolute() else self.host.abs(p)
+        if p.is_absolute() and self.host.contains(str(p)):
+            return p
+        return self.host.abs(p)
 
     # -- values -------------------------------------------------------------
     def raw(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES) -> bytes | None:

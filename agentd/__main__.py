@@ -1,0 +1,5 @@
+import sys
+
+from agentd.cli import main
+
+sys.exit(main())

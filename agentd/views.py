@@ -1,0 +1,153 @@
+"""Human and JSON views of a snapshot and of findings (pure; used by the CLI)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
+from agentd.roles import HcaRoles
+
+
+def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str, Any]:
+    """The `agentd inspect --format json` document (stable keys, documented in README)."""
+    netdev_mtu = {n.name: n.mtu for n in snap.netdevs}
+    return {
+        "host_root": snap.host_root,
+        "taken_at": snap.taken_at,
+        "system": snap.system.model_dump(mode="json"),
+        "gpus": [
+            {
+                "index": g.index,
+                "pci_bus_id": g.pci_bus_id,
+                "name": g.name,
+                "uuid": g.uuid,
+                "numa_node": g.numa_node,
+                "in_nvml": g.in_nvml,
+                "nic_paths": dict(g.nic_paths),
+            }
+            for g in snap.gpus
+        ],
+        "hcas": [
+            {
+                "name": h.name,
+                "role": None if roles is None else ("compute" if roles.is_compute(h.name) else "other"),
+                "hca_type": h.hca_type,
+                "fw_ver": h.fw_ver,
+                "board_id": h.board_id,
+                "node_guid": h.node_guid,
+                "pci_bus_id": h.pci_bus_id,
+                "numa_node": h.numa_node,
+                "ports": [
+                    {
+                        "port": p.port,
+                        "state": p.state,
+                        "phys_state": p.phys_state,
+                        "rate_gbps": p.rate_gbps,
+                        "width": p.width,
+                        "generation": p.generation,
+                        "link_layer": p.link_layer,
+                        "lid": p.lid,
+                        "netdev": p.netdev,
+                        "mtu": netdev_mtu.get(p.netdev) if p.netdev else None,
+                        "gids": [gid.model_dump(mode="json") for gid in p.gids],
+                        "counters": dict(p.counters),
+                        "hw_counters": dict(p.hw_counters),
+                    }
+                    for p in h.ports
+                ],
+            }
+            for h in snap.hcas
+        ],
+        "netdevs": [n.model_dump(mode="json", exclude={"ethtool"}) | {"ethtool_stats": len(n.ethtool or {})} for n in snap.netdevs],
+        "gdr": snap.gdr.model_dump(mode="json"),
+        "nvml": {
+            "available": snap.nvml.available,
+            "driver_version": snap.nvml.driver_version,
+            "error": snap.nvml.error,
+            "gpus": [g.model_dump(mode="json") for g in snap.nvml.gpus],
+        },
+        "pci_devices": len(snap.pci),
+        "probes": [p.model_dump(mode="json") for p in snap.probes],
+        "read_errors": [e.model_dump(mode="json") for e in snap.read_errors],
+    }
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _s(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
+def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
+    out: list[str] = []
+    sysi = snap.system
+    out.append(f"node {_s(sysi.hostname)}  root {snap.host_root}  arch {_s(sysi.arch)}  numa nodes {len(sysi.numa_nodes)}  virt {_s(sysi.virtualization)}")
+    g = snap.gdr
+    out.append(
+        f"driver {_s(g.nvidia_driver_version)} ({'open' if g.nvidia_open_module else 'proprietary' if g.nvidia_open_module is False else 'unknown'} module)  "
+        f"kernel {_s(g.kernel_release)}  nvidia_peermem {'loaded' if g.peermem_loaded else 'not loaded'}  "
+        f"NVML {'ok' if snap.nvml.available else 'unavailable: ' + _s(snap.nvml.error)}"
+    )
+    out.append("")
+    hca_names = [h.name for h in snap.hcas]
+    rows = [["GPU", "BUS ID", "NUMA", "NAME", *hca_names]]
+    for gpu in snap.gpus:
+        rows.append([str(gpu.index), gpu.pci_bus_id, _s(gpu.numa_node), _s(gpu.name), *[gpu.nic_paths.get(h, "-") for h in hca_names]])
+    out.extend(_table(rows) if snap.gpus else ["no GPUs"])
+    out.append("")
+    mtu = {n.name: n.mtu for n in snap.netdevs}
+    rows = [["HCA", "PORT", "ROLE", "TYPE", "BUS ID", "NUMA", "STATE", "PHYS", "RATE", "WIDTH", "LAYER", "NETDEV", "MTU"]]
+    for h in snap.hcas:
+        role = "-" if roles is None else ("compute" if roles.is_compute(h.name) else "other")
+        for p in h.ports:
+            rows.append([
+                h.name, str(p.port), role, _s(h.hca_type), _s(h.pci_bus_id), _s(h.numa_node), _s(p.state), _s(p.phys_state),
+                f"{p.rate_gbps:g}G" if p.rate_gbps is not None else "-",
+                f"{p.width}X" if p.width else "-", _s(p.link_layer), _s(p.netdev), _s(mtu.get(p.netdev) if p.netdev else None),
+            ])
+    out.extend(_table(rows) if snap.hcas else ["no RDMA devices"])
+    out.append("")
+    rows = [["NETDEV", "MTU", "STATE", "CARRIER", "SPEED", "BUS ID", "ECN(np/rp prios)", "PFC"]]
+    for n in snap.netdevs:
+        if n.is_virtual and n.name == "lo":
+            continue
+        ecn = "-"
+        if n.ecn is not None:
+            np_on = ",".join(str(p) for p, on in sorted(n.ecn.np.items()) if on) or "none"
+            rp_on = ",".join(str(p) for p, on in sorted(n.ecn.rp.items()) if on) or "none"
+            ecn = f"{np_on}/{rp_on}"
+        pfc = "-" if n.pfc is None else (",".join(map(str, n.pfc.enabled)) or "none")
+        rows.append([n.name, _s(n.mtu), _s(n.operstate), _s(n.carrier), _s(n.speed_mbps), _s(n.pci_bus_id), ecn, pfc])
+    out.extend(_table(rows))
+    if snap.read_errors:
+        out.append("")
+        out.append(f"read errors ({len(snap.read_errors)}):")
+        for e in snap.read_errors[:50]:
+            out.append(f"  {e.source}: {e.kind} {e.path} {e.detail}".rstrip())
+        if len(snap.read_errors) > 50:
+            out.append(f"  ... {len(snap.read_errors) - 50} more")
+    return "\n".join(out) + "\n"
+
+
+def findings_json(findings: Sequence[Finding]) -> dict[str, Any]:
+    ordered = sort_findings(list(findings))
+    return {
+        "status": overall_status(ordered),
+        "findings": [f.model_dump(mode="json") for f in ordered],
+    }
+
+
+def findings_text(findings: Sequence[Finding], *, include_ok: bool = False) -> str:
+    """One line a finding, most severe first: usable as a Slurm drain reason."""
+    ordered = sort_findings(list(findings))
+    lines = [overall_status(ordered)]
+    for f in ordered:
+        if f.severity == "ok" and not include_ok:
+            continue
+        lines.append(f"{f.severity} {f.code} {f.subject}: {f.message}")
+    return "\n".join(lines) + "\n"
