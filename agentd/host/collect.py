@@ -1,0 +1,283 @@
+"""Probes, their tiers, and the Collector that turns probe outputs into one NodeSnapshot.
+
+A probe is one reader over one source with a tier (how often the daemon runs it) and a
+timeout. The Collector keeps the latest output of each probe; ``snapshot()`` assembles
+them into a NodeSnapshot (pure: ``assemble``). A probe that times out keeps its previous
+data, marked stale, so one hung source never blanks the rest of the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Literal, Mapping
+
+from agentd.config import AgentConfig
+from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, system
+from agentd.host.fs import HostRoot, ReadContext
+from agentd.host.runner import Lane, await_future
+from agentd.host.topology import gpu_nic_paths
+from agentd.model import (
+    GdrInfo,
+    Gpu,
+    Hca,
+    Netdev,
+    NodeSnapshot,
+    NvmlInfo,
+    ProbeStatus,
+    ReadError,
+    SystemInfo,
+)
+
+Tier = Literal["fast", "medium", "slow"]
+NVIDIA = 0x10DE
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    name: str
+    data: Any
+    errors: tuple[ReadError, ...]
+    status: ProbeStatus
+
+
+ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], Any]
+
+
+def _rdma_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[str]:
+    """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something."""
+    out = outputs.get("netdev")
+    if out is None or not out.data:
+        return []
+    return [n.name for n in out.data if not n.is_virtual and n.link_layer == "Ethernet"]
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    tier: Tier
+    fn: ProbeFn
+    empty: Any  # value when the probe never produced data
+    nvml: bool = False  # uses the NVML timeout
+    after: tuple[str, ...] = ()  # probes whose output this one needs
+
+
+PROBES: tuple[ProbeSpec, ...] = (
+    ProbeSpec("system", "slow", lambda c, o: system.read_system(c), SystemInfo()),
+    ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
+    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, counters=False, gids=False), ()),
+    ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, counters=True, gids=False), ()),
+    ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, counters=False, gids=True), ()),
+    ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), ()),
+    ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
+    ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",)),
+    ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",)),
+    ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True),
+)
+PROBE_BY_NAME = {p.name: p for p in PROBES}
+
+
+def probes_in(tiers: Iterable[Tier]) -> list[str]:
+    ts = set(tiers)
+    return [p.name for p in PROBES if p.tier in ts]
+
+
+# ---------------------------------------------------------------------------
+# assembly (pure)
+
+
+def _data(outputs: Mapping[str, ProbeOutput], name: str) -> Any:
+    out = outputs.get(name)
+    return out.data if out is not None else PROBE_BY_NAME[name].empty
+
+
+def _merge_hcas(state: tuple[Hca, ...], counters: tuple[Hca, ...], gids: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
+    by_counters = {(h.name, p.port): p for h in counters for p in h.ports}
+    by_gids = {(h.name, p.port): p for h in gids for p in h.ports}
+    merged = []
+    for h in state:
+        ports = []
+        for p in h.ports:
+            c = by_counters.get((h.name, p.port))
+            g = by_gids.get((h.name, p.port))
+            upd: dict[str, Any] = {}
+            if c is not None:
+                upd["counters"] = c.counters
+                upd["hw_counters"] = c.hw_counters
+            if g is not None:
+                upd["gids"] = g.gids
+                if p.netdev is None and g.netdev is not None:
+                    upd["netdev"] = g.netdev
+            ports.append(p.model_copy(update=upd) if upd else p)
+        numa = h.numa_node if h.numa_node is not None else pci_numa.get(h.pci_bus_id or "")
+        merged.append(h.model_copy(update={"ports": tuple(ports), "numa_node": numa}))
+    return tuple(merged)
+
+
+def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], pfc: Mapping[str, Any]) -> tuple[Netdev, ...]:
+    out = []
+    for n in nds:
+        upd: dict[str, Any] = {}
+        if n.name in stats:
+            upd["ethtool"] = stats[n.name]
+        if n.name in pfc:
+            upd["pfc"] = pfc[n.name]
+        out.append(n.model_copy(update=upd) if upd else n)
+    return tuple(out)
+
+
+def _gpus(pci_devs: tuple, hcas: tuple[Hca, ...], nv: NvmlInfo) -> tuple[Gpu, ...]:
+    pci_gpus = {d.bdf: d for d in pci_devs if d.is_gpu and d.vendor_id == NVIDIA}
+    nvml_by_bus = {g.pci_bus_id: g for g in nv.gpus} if nv.available else {}
+    paths = gpu_nic_paths(pci_devs, {h.name: h.pci_bus_id for h in hcas if h.pci_bus_id})
+    bus_ids = sorted(set(pci_gpus) | set(nvml_by_bus))
+    gpus = []
+    for ordinal, bus in enumerate(bus_ids):
+        dev = pci_gpus.get(bus)
+        ng = nvml_by_bus.get(bus)
+        gpus.append(
+            Gpu(
+                index=ng.index if ng is not None else ordinal,
+                pci_bus_id=bus,
+                name=ng.name if ng else None,
+                uuid=ng.uuid if ng else None,
+                numa_node=dev.numa_node if dev else None,
+                nic_paths=paths.get(bus, {}),
+                in_nvml=None if not nv.available else (ng is not None and ng.error is None),
+            )
+        )
+    return tuple(sorted(gpus, key=lambda g: (g.index, g.pci_bus_id)))
+
+
+def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float) -> NodeSnapshot:
+    pci_devs = _data(outputs, "pci")
+    pci_numa = {d.bdf: d.numa_node for d in pci_devs}
+    hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
+    netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"))
+    nv = _data(outputs, "nvml")
+    # ib, ib_counters and ib_gids read the same port files: report a bad file once.
+    errors: dict[tuple[str, str], ReadError] = {}
+    for o in outputs.values():
+        for e in o.errors:
+            errors.setdefault((e.path, e.kind), e)
+    return NodeSnapshot(
+        taken_at=taken_at,
+        host_root=host_root,
+        system=_data(outputs, "system"),
+        pci=pci_devs,
+        gpus=_gpus(pci_devs, hcas, nv),
+        hcas=hcas,
+        netdevs=netdevs,
+        gdr=_data(outputs, "gdr"),
+        nvml=nv,
+        probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
+        read_errors=tuple(errors.values()),
+    )
+
+
+# ---------------------------------------------------------------------------
+# running probes (shell)
+
+
+@dataclass
+class Collector:
+    host: HostRoot
+    config: AgentConfig
+    outputs: dict[str, ProbeOutput] = field(default_factory=dict)
+    _lanes: dict[str, Lane] = field(default_factory=dict)
+    _last_ok: dict[str, float] = field(default_factory=dict)
+
+    def _timeout(self, spec: ProbeSpec) -> float:
+        return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
+
+    def _body(self, spec: ProbeSpec, deps: Mapping[str, ProbeOutput]) -> tuple[Any, ReadContext, float, float]:
+        ctx = ReadContext(self.host, spec.name)
+        t0 = time.perf_counter()
+        data = spec.fn(ctx, deps)
+        return data, ctx, time.perf_counter() - t0, time.time()
+
+    def _lane(self, name: str) -> Lane:
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = Lane(name)
+        return lane
+
+    def _record(self, spec: ProbeSpec, result: tuple[Any, ReadContext, float, float] | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
+        now = time.time()
+        prev = self.outputs.get(spec.name)
+        if result is not None:
+            data, ctx, duration, finished = result
+            self._last_ok[spec.name] = finished
+            out = ProbeOutput(
+                spec.name,
+                data,
+                tuple(ctx.errors),
+                ProbeStatus(name=spec.name, ok=True, duration_s=duration, finished_at=finished, last_success_at=finished, files_read=ctx.files_read),
+            )
+        else:
+            data = prev.data if prev is not None else spec.empty
+            errs = prev.errors if prev is not None else ()
+            kind = "timeout" if timed_out else "unreadable"
+            detail = f"no answer within {waited:.1f}s" if timed_out else (error or "failed")
+            errs = tuple(e for e in errs if e.path != f"<{spec.name}>") + (ReadError(source=spec.name, path=f"<{spec.name}>", kind=kind, detail=detail),)
+            out = ProbeOutput(
+                spec.name,
+                data,
+                errs,
+                ProbeStatus(
+                    name=spec.name, ok=False, duration_s=waited, finished_at=now, timed_out=timed_out,
+                    stale=prev is not None, last_success_at=self._last_ok.get(spec.name), error=detail,
+                ),
+            )
+        self.outputs[spec.name] = out
+        return out
+
+    def _phases(self, names: Iterable[str]) -> list[list[ProbeSpec]]:
+        wanted = [PROBE_BY_NAME[n] for n in names]
+        first = [s for s in wanted if not any(a in {w.name for w in wanted} for a in s.after)]
+        second = [s for s in wanted if s not in first]
+        return [p for p in (first, second) if p]
+
+    def run_sync(self, names: Iterable[str] | None = None) -> None:
+        """Run probes (all by default) and wait for each up to its timeout."""
+        for phase in self._phases(names or [p.name for p in PROBES]):
+            started = [(s, self._lane(s.name).submit(self._body, s, dict(self.outputs))[0], time.monotonic()) for s in phase]
+            for spec, fut, t0 in started:
+                left = max(0.0, self._timeout(spec) - (time.monotonic() - t0))
+                try:
+                    self._record(spec, fut.result(timeout=left), None, False, 0)
+                except TimeoutError:
+                    self._record(spec, None, None, True, self._timeout(spec))
+                except Exception as e:  # noqa: BLE001 - a reader bug must not take the node down
+                    self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
+
+    async def run(self, names: Iterable[str]) -> list[ProbeOutput]:
+        """Async variant for the daemon: the event loop never blocks on a probe."""
+        done: list[ProbeOutput] = []
+        for phase in self._phases(names):
+
+            async def one(spec: ProbeSpec) -> ProbeOutput:
+                t0 = time.monotonic()
+                fut, _ = self._lane(spec.name).submit(self._body, spec, dict(self.outputs))
+                try:
+                    return self._record(spec, await await_future(fut, self._timeout(spec)), None, False, 0)
+                except (TimeoutError, asyncio.TimeoutError):
+                    return self._record(spec, None, None, True, self._timeout(spec))
+                except Exception as e:  # noqa: BLE001
+                    return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
+
+            done.extend(await asyncio.gather(*(one(s) for s in phase)))
+        return done
+
+    def snapshot(self, taken_at: float | None = None) -> NodeSnapshot:
+        return assemble(self.outputs, str(self.host.root), time.time() if taken_at is None else taken_at)
+
+    def with_config(self, config: AgentConfig) -> "Collector":
+        return replace(self, config=config)
+
+
+def collect_once(host: HostRoot, config: AgentConfig) -> NodeSnapshot:
+    c = Collector(host, config)
+    c.run_sync()
+    return c.snapshot()

@@ -1,0 +1,212 @@
+"""RDMA devices and their ports from ``sys/class/infiniband/*``.
+
+Reads what the kernel exposes (Documentation/ABI/stable/sysfs-class-infiniband) and never
+judges it. Counter values are stored raw (IB data counters count 4-byte words).
+
+Cost: a node has ~10 HCAs and a RoCE port up to 255 GID slots, so files are opened only
+when needed: attributes of a GID (``gid_attrs/types``, ``ndevs``) only for non-empty
+slots, and on InfiniBand ports the GID table is read only up to the first empty slot
+(index 0 is the port GID; later entries are rare alias GUIDs, and reading them all on
+older kernels costs a firmware query each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentd.host import ibparse
+from agentd.host.fs import ReadContext
+from agentd.host.netdev import bdf_of_class_path, is_bdf, link_bdf
+from agentd.model import Gid, Hca, IbPort
+from agentd.roles import natural_key
+
+CLASS_IB = "sys/class/infiniband"
+
+# Counter directories read into IbPort.counters (in this order) and hw_counters.
+_COUNTER_DIRS = ("counters", "counters_ext")
+_HW_COUNTERS_SKIP = frozenset({"lifespan"})  # a refresh interval, not a counter
+# With gids=False, the port netdev is looked up in this many leading ndevs slots (the
+# default MAC-derived GIDs sit at the start of the table).
+_NDEV_PROBE_SLOTS = 4
+
+
+def read_infiniband(ctx: ReadContext, *, counters: bool = True, gids: bool = True) -> tuple[Hca, ...]:
+    hcas: list[Hca] = []
+    for name in ctx.listdir(CLASS_IB):
+        try:
+            hca = _read_hca(ctx, name, counters=counters, gids=gids)
+        except (OSError, ValueError) as e:  # never let one device hide the others
+            ctx.error(f"{CLASS_IB}/{name}", "unreadable", f"{type(e).__name__}: {e}")
+            continue
+        if hca is not None:
+            hcas.append(hca)
+    hcas.sort(key=lambda h: natural_key(h.name))
+    return tuple(hcas)
+
+
+class _PciNetdevs:
+    """The netdevs under the HCA's PCI function (``device/net/*``), listed once per HCA."""
+
+    def __init__(self, ctx: ReadContext, device_dir: Path | None):
+        self._ctx = ctx
+        self._dir = device_dir
+        self._by_port: dict[int, str] | None = None
+
+    def for_port(self, port: int) -> str | None:
+        if self._by_port is None:
+            self._by_port = self._load()
+        return self._by_port.get(port)
+
+    def _load(self) -> dict[int, str]:
+        out: dict[int, str] = {}
+        if self._dir is None:
+            return out
+        net = self._dir / "net"
+        for ifname in sorted(self._ctx.listdir(net), key=natural_key):
+            # dev_port is 0-based per physical port; older drivers (mlx4 IPoIB) used dev_id.
+            idx = self._ctx.integer(net / ifname / "dev_port")
+            if idx is None:
+                idx = self._ctx.integer(net / ifname / "dev_id", base=16)
+            if idx is not None:
+                out.setdefault(idx + 1, ifname)
+        return out
+
+
+def _read_hca(ctx: ReadContext, name: str, *, counters: bool, gids: bool) -> Hca | None:
+    entry = f"{CLASS_IB}/{name}"
+    real = ctx.resolve(entry)
+    if real is None or not real.is_dir():
+        return None
+
+    device_dir = ctx.resolve(f"{entry}/device")
+    if device_dir is None and bdf_of_class_path(real, "infiniband"):
+        device_dir = real.parent.parent
+    pci = link_bdf(ctx, f"{entry}/device") or bdf_of_class_path(real, "infiniband")
+    if pci is None and device_dir is not None:
+        # An auxiliary/SF device (mlx5_core.sf.N) hangs below its PCI function.
+        for candidate in (device_dir, device_dir.parent):
+            if is_bdf(candidate.name):
+                pci = candidate.name.lower()
+                break
+
+    numa_node = driver = None
+    if device_dir is not None:
+        numa_node = ctx.integer(device_dir / "numa_node")
+        if numa_node is not None and numa_node < 0:
+            numa_node = None
+        driver = ctx.readlink_name(device_dir / "driver")
+
+    netdevs = _PciNetdevs(ctx, device_dir)
+    ports = []
+    for pname in sorted((p for p in ctx.listdir(f"{entry}/ports", required=True) if p.isdigit()), key=int):
+        ports.append(_read_port(ctx, f"{entry}/ports/{pname}", int(pname), netdevs, counters=counters, gids=gids))
+
+    def attr(a: str) -> str | None:
+        return ctx.text(f"{entry}/{a}") or None
+
+    return Hca(
+        name=name,
+        hca_type=attr("hca_type"),
+        fw_ver=attr("fw_ver"),
+        board_id=attr("board_id"),
+        node_guid=attr("node_guid"),
+        pci_bus_id=pci,
+        numa_node=numa_node,
+        driver=driver,
+        ports=tuple(ports),
+    )
+
+
+def _read_port(
+    ctx: ReadContext, pdir: str, port: int, netdevs: _PciNetdevs, *, counters: bool, gids: bool
+) -> IbPort:
+    state_id, state = _state(ctx, f"{pdir}/state")
+    phys_id, phys = _state(ctx, f"{pdir}/phys_state")
+    rate_raw = _required_text(ctx, f"{pdir}/rate")
+    gbps, width, gen = ibparse.parse_rate(rate_raw)
+    if rate_raw and gbps is None:
+        ctx.error(f"{pdir}/rate", "unparsable", f"unknown rate {rate_raw[:60]!r}")
+    link_layer = _required_text(ctx, f"{pdir}/link_layer")
+
+    gid_table: tuple[Gid, ...] = ()
+    netdev = None
+    if gids:
+        gid_table = _read_gids(ctx, pdir, full=link_layer != "InfiniBand")
+        netdev = next((g.netdev for g in gid_table if g.netdev), None)
+    elif link_layer != "InfiniBand":
+        netdev = _first_ndev(ctx, pdir)
+    if netdev is None:
+        netdev = netdevs.for_port(port)
+
+    return IbPort(
+        port=port,
+        state=state,
+        state_id=state_id,
+        phys_state=phys,
+        phys_state_id=phys_id,
+        rate_raw=rate_raw,
+        rate_gbps=gbps,
+        width=width,
+        generation=gen,
+        link_layer=link_layer,
+        lid=ctx.integer(f"{pdir}/lid", base=16),
+        sm_lid=ctx.integer(f"{pdir}/sm_lid", base=16),
+        gids=gid_table,
+        counters=_read_counters(ctx, pdir, _COUNTER_DIRS) if counters else {},
+        hw_counters=_read_counters(ctx, pdir, ("hw_counters",), skip=_HW_COUNTERS_SKIP) if counters else {},
+        netdev=netdev,
+    )
+
+
+def _required_text(ctx: ReadContext, path: str) -> str | None:
+    return ctx.text(path, required=True) or None
+
+
+def _state(ctx: ReadContext, path: str) -> tuple[int | None, str | None]:
+    text = _required_text(ctx, path)
+    sid, name = ibparse.parse_state(text)
+    if text and sid is None:
+        ctx.error(path, "unparsable", f"unknown port state {text[:60]!r}")
+    return sid, name
+
+
+def _read_counters(
+    ctx: ReadContext, pdir: str, dirs: tuple[str, ...], skip: frozenset[str] = frozenset()
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in dirs:
+        for name in ctx.listdir(f"{pdir}/{d}"):
+            if name in skip or name in out:
+                continue
+            v = ctx.integer(f"{pdir}/{d}/{name}")  # "N/A (no PMA)" -> None, no error
+            if v is not None:
+                out[name] = v
+    return out
+
+
+def _read_gids(ctx: ReadContext, pdir: str, *, full: bool) -> tuple[Gid, ...]:
+    slots = sorted(int(n) for n in ctx.listdir(f"{pdir}/gids") if n.isdigit())
+    attrs = set(ctx.listdir(f"{pdir}/gid_attrs"))
+    out: list[Gid] = []
+    for i in slots:
+        text = ctx.text(f"{pdir}/gids/{i}")  # None: EINVAL (empty slot) or unreadable
+        if text is None or ibparse.is_zero(text):
+            if full:
+                continue
+            break
+        if not ibparse.is_gid(text):
+            ctx.error(f"{pdir}/gids/{i}", "unparsable", f"not a GID: {text[:60]!r}")
+            continue
+        # EINVAL on an attribute (slot emptied under us, or a container view) -> None.
+        gtype = ctx.text(f"{pdir}/gid_attrs/types/{i}") if "types" in attrs else None
+        ndev = ctx.text(f"{pdir}/gid_attrs/ndevs/{i}") if "ndevs" in attrs else None
+        out.append(Gid(index=i, gid=text.lower(), type=gtype or None, netdev=ndev or None))
+    return tuple(out)
+
+
+def _first_ndev(ctx: ReadContext, pdir: str) -> str | None:
+    for i in range(_NDEV_PROBE_SLOTS):
+        ndev = ctx.text(f"{pdir}/gid_attrs/ndevs/{i}")
+        if ndev:
+            return ndev
+    return None

@@ -1,0 +1,302 @@
+"""GPUs, NVLinks and fabric state from NVML.
+
+Live (host root ``/``): nvidia-ml-py (``pynvml``), imported lazily so that agentd starts
+on nodes without it. No library or no driver is a normal answer (``available=False``).
+The caller runs this in a worker thread with a timeout: NVML calls can hang on a sick
+driver and cannot be interrupted from Python.
+
+Simulated: ``.agentd-sim/nvml.json`` (schema in docs/simulated-sources.md), validated by
+``SimNvml``; ``hang_s`` makes the reader sleep first (a hung-driver test double) and
+``init_error`` makes it answer as if nvmlInit failed. A non-live, non-simulated root has
+no NVML: ``available=False``, quietly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import time
+from typing import Any, Callable
+
+from pydantic import Field, ValidationError, field_validator
+
+from agentd.host.fs import ReadContext
+from agentd.model import NvLink, NvmlGpu, NvmlInfo
+
+SIM_FILE = ".agentd-sim/nvml.json"
+SIM_MAX_BYTES = 4 * 1024 * 1024
+_sleep = time.sleep  # tests replace this to observe hang_s without waiting
+
+_BDF = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+# NVML_NVLINK_ERROR_* counter ids (nvml.h); names as the model's NvLink.errors keys.
+_ERROR_COUNTERS = (
+    ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT", 2),
+    ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA", 3),
+    ("replay", "NVML_NVLINK_ERROR_DL_REPLAY", 0),
+    ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY", 1),
+)
+_REMOTE_TYPES = {0: "gpu", 1: "cpu", 2: "nvswitch"}  # NVML_NVLINK_DEVICE_TYPE_{GPU,IBMNPU,SWITCH}
+# nvmlDeviceGetNvLinkVersion answers an nvmlNvlinkVersion_t enum, not the generation
+# (A100 answers 5 = NVML_NVLINK_VERSION_3_1, H100 6 = 4_0); NvLink.version is the generation.
+_NVLINK_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+_FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+# NVML return codes we branch on (stable across NVML versions).
+_INVALID_ARGUMENT, _NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _GPU_IS_LOST = 2, 3, 13, 15
+_NO_LINK = (_INVALID_ARGUMENT, _NOT_SUPPORTED)
+
+
+def normalize_bus_id(bus_id: str | bytes) -> str | None:
+    """NVML's ``00000000:1B:00.0`` -> ``0000:1b:00.0``; None when it is not a PCI address."""
+    s = bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else str(bus_id)
+    m = _BDF.match(s.strip().rstrip("\0"))
+    if not m:
+        return None
+    return f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
+
+
+# ---------------------------------------------------------------------------
+# simulated
+
+
+class SimNvml(NvmlInfo):
+    """``.agentd-sim/nvml.json``: the NvmlInfo JSON plus two test knobs. Unknown keys are
+    rejected (``extra="forbid"``), at any depth."""
+
+    available: bool = True  # the file's presence means NVML answers
+    hang_s: float | None = Field(default=None, ge=0)
+    init_error: str | None = None
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _normalize_bus_ids(cls, gpus: Any) -> Any:
+        if not isinstance(gpus, list):
+            return gpus
+        out = []
+        for g in gpus:
+            if isinstance(g, dict):
+                g = dict(g)
+                if isinstance(g.get("pci_bus_id"), str):
+                    g["pci_bus_id"] = normalize_bus_id(g["pci_bus_id"]) or g["pci_bus_id"]
+                if isinstance(g.get("nvlinks"), list):
+                    g["nvlinks"] = [
+                        {**l, "remote_pci_bus_id": normalize_bus_id(l["remote_pci_bus_id"]) or l["remote_pci_bus_id"]}
+                        if isinstance(l, dict) and isinstance(l.get("remote_pci_bus_id"), str)
+                        else l
+                        for l in g["nvlinks"]
+                    ]
+            out.append(g)
+        return out
+
+
+def _validation_detail(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:5]:
+        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+        parts.append(f"unknown key {loc!r}" if err["type"] == "extra_forbidden" else f"{loc}: {err['msg']}")
+    more = f" (+{e.error_count() - 5} more)" if e.error_count() > 5 else ""
+    return "; ".join(parts) + more
+
+
+def _read_sim(ctx: ReadContext) -> NvmlInfo:
+    text = ctx.text(SIM_FILE, max_bytes=SIM_MAX_BYTES)
+    if text is None:
+        return NvmlInfo(available=False, error="no NVML in simulated root")
+    try:
+        sim = SimNvml.model_validate(json.loads(text))
+    except json.JSONDecodeError as e:
+        ctx.error(SIM_FILE, "unparsable", f"not JSON: {e}")
+        return NvmlInfo(available=False, error=f"{SIM_FILE} is not valid JSON")
+    except ValidationError as e:
+        ctx.error(SIM_FILE, "unparsable", _validation_detail(e))
+        return NvmlInfo(available=False, error=f"{SIM_FILE} does not match the schema")
+    if sim.hang_s:
+        _sleep(sim.hang_s)
+    if sim.init_error is not None:
+        return NvmlInfo(available=False, error=sim.init_error)
+    return NvmlInfo.model_validate(sim.model_dump(exclude={"hang_s", "init_error"}))
+
+
+# ---------------------------------------------------------------------------
+# live
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+class _Live:
+    def __init__(self, ctx: ReadContext, nv: Any):
+        self.ctx = ctx
+        self.nv = nv
+
+    def code(self, e: BaseException) -> int | None:
+        return getattr(e, "value", None) if isinstance(e, self.nv.NVMLError) else None
+
+    def msg(self, e: BaseException) -> str:
+        try:
+            return str(e) or type(e).__name__
+        except Exception:  # noqa: BLE001 - str() of an NVMLError calls into the library
+            return f"NVML error {self.code(e)}"
+
+    def call(self, api: str, fn: Callable[[], Any], quiet: tuple[int, ...] = ()) -> Any:
+        """fn() or None; NVML errors other than ``quiet`` codes become ReadErrors.
+        GPU_IS_LOST propagates: the caller marks the whole GPU."""
+        try:
+            return fn()
+        except self.nv.NVMLError as e:
+            c = self.code(e)
+            if c == _GPU_IS_LOST:
+                raise
+            if c not in quiet:
+                self.ctx.error(api, "unreadable", self.msg(e))
+            return None
+
+    def opt(self, fn: Callable[[], Any]) -> Any:
+        """fn() or None on any NVML error but GPU_IS_LOST: for optional per-link details."""
+        try:
+            return fn()
+        except self.nv.NVMLError as e:
+            if self.code(e) == _GPU_IS_LOST:
+                raise
+            return None
+
+    def link(self, h: Any, i: int, gpu: int) -> NvLink | None:
+        nv = self.nv
+        state = self.call(f"nvmlDeviceGetNvLinkState(gpu{gpu}, {i})", lambda: nv.nvmlDeviceGetNvLinkState(h, i), _NO_LINK)
+        if state is None:
+            return None
+        remote = None
+        pci = self.opt(lambda: nv.nvmlDeviceGetNvLinkRemotePciInfo(h, i))
+        if pci is not None:
+            remote = normalize_bus_id(_text(getattr(pci, "busId", "")))
+        remote_type = None
+        if hasattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType"):
+            t = self.opt(lambda: nv.nvmlDeviceGetNvLinkRemoteDeviceType(h, i))
+            remote_type = None if t is None else _REMOTE_TYPES.get(int(t), "unknown")
+        version = self.opt(lambda: nv.nvmlDeviceGetNvLinkVersion(h, i))
+        errors: dict[str, int] = {}
+        for key, const, default in _ERROR_COUNTERS:
+            cid = getattr(nv, const, default)
+            v = self.call(f"nvmlDeviceGetNvLinkErrorCounter(gpu{gpu}, {i}, {key})", lambda: nv.nvmlDeviceGetNvLinkErrorCounter(h, i, cid), _NO_LINK)
+            if v is not None:
+                errors[key] = int(v)
+        return NvLink(
+            link=i,
+            state="up" if int(state) == 1 else "down",
+            remote_pci_bus_id=remote,
+            remote_type=remote_type,  # type: ignore[arg-type]
+            version=None if version is None else _NVLINK_GENERATION.get(int(version)),
+            errors=errors,
+        )
+
+    def fabric(self, h: Any) -> tuple[str | None, str | None]:
+        nv = self.nv
+        if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nv, "c_nvmlGpuFabricInfoV_t"):
+            info, fn = nv.c_nvmlGpuFabricInfoV_t(), nv.nvmlDeviceGetGpuFabricInfoV
+        elif hasattr(nv, "nvmlDeviceGetGpuFabricInfo") and hasattr(nv, "c_nvmlGpuFabricInfo_t"):
+            info, fn = nv.c_nvmlGpuFabricInfo_t(), nv.nvmlDeviceGetGpuFabricInfo
+        else:
+            return None, None
+        try:
+            fn(h, ctypes.byref(info))
+        except nv.NVMLError as e:
+            c = self.code(e)
+            if c == _GPU_IS_LOST:
+                raise
+            if c == _NOT_SUPPORTED:
+                return "not_supported", None
+            if c != _FUNCTION_NOT_FOUND:  # older driver: no fabric API
+                self.ctx.error("nvmlDeviceGetGpuFabricInfo", "unreadable", self.msg(e))
+            return None, None
+        state = _FABRIC_STATES.get(int(info.state))
+        if state != "completed":
+            return state, None  # NVML: status is meaningful only once the probe completed
+        status = int(info.status)
+        return state, "success" if status == 0 else self.msg(nv.NVMLError(status))
+
+    def gpu(self, i: int) -> NvmlGpu | None:
+        nv = self.nv
+        api = f"nvmlDeviceGetHandleByIndex({i})"
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            api = f"nvmlDeviceGetPciInfo({i})"
+            bus = normalize_bus_id(_text(nv.nvmlDeviceGetPciInfo(h).busId))
+        except nv.NVMLError as e:
+            # Without a bus id there is nothing to hang a record on; the PCI reader still
+            # sees the device, so the GPU shows up as missing from NVML.
+            self.ctx.error(api, "unreadable", self.msg(e))
+            return None
+        if bus is None:
+            self.ctx.error(f"nvmlDeviceGetPciInfo({i})", "unparsable", "bus id is not a PCI address")
+            return None
+        fields: dict[str, Any] = {"index": i, "pci_bus_id": bus}
+        try:
+            name = self.call(f"nvmlDeviceGetName({i})", lambda: nv.nvmlDeviceGetName(h))
+            fields["name"] = None if name is None else _text(name)
+            uuid = self.call(f"nvmlDeviceGetUUID({i})", lambda: nv.nvmlDeviceGetUUID(h))
+            fields["uuid"] = None if uuid is None else _text(uuid)
+            max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
+            fields["nvlinks"] = tuple(link for link in (self.link(h, n, i) for n in range(max_links)) if link is not None)
+            fields["fabric_state"], fields["fabric_status"] = self.fabric(h)
+        except nv.NVMLError as e:  # GPU_IS_LOST from any call above
+            fields["error"] = self.msg(e)
+        return NvmlGpu(**fields)
+
+    def read(self) -> NvmlInfo:
+        nv = self.nv
+        driver = self.call("nvmlSystemGetDriverVersion", nv.nvmlSystemGetDriverVersion)
+        cuda_fn = getattr(nv, "nvmlSystemGetCudaDriverVersion_v2", None) or nv.nvmlSystemGetCudaDriverVersion
+        cuda = self.call("nvmlSystemGetCudaDriverVersion", cuda_fn)
+        count = self.call("nvmlDeviceGetCount", nv.nvmlDeviceGetCount) or 0
+        gpus = []
+        for i in range(int(count)):
+            g = self.gpu(i)
+            if g is not None:
+                gpus.append(g)
+        return NvmlInfo(
+            available=True,
+            driver_version=None if driver is None else _text(driver),
+            cuda_driver_version=None if cuda is None else int(cuda),
+            gpus=tuple(gpus),
+        )
+
+
+# Init failures that mean "no NVML on this node", not "NVML is broken".
+_ABSENT = (9, 12)  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND
+
+
+def _read_live(ctx: ReadContext) -> NvmlInfo:
+    try:
+        import pynvml  # noqa: PLC0415 - optional at runtime; loads libnvidia-ml lazily
+    except ImportError as e:
+        return NvmlInfo(available=False, error=f"nvidia-ml-py is not installed ({e})")
+    live = _Live(ctx, pynvml)
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        if live.code(e) not in _ABSENT:
+            ctx.error("nvmlInit", "unreadable", live.msg(e))
+        return NvmlInfo(available=False, error=live.msg(e))
+    except OSError as e:
+        ctx.error("nvmlInit", "unavailable", str(e))
+        return NvmlInfo(available=False, error=str(e))
+    try:
+        return live.read()
+    except Exception as e:  # noqa: BLE001 - an unexpected binding shape must not crash the probe
+        ctx.error("nvml", "unreadable", f"{type(e).__name__}: {e}")
+        return NvmlInfo(available=False, error=f"NVML read failed: {type(e).__name__}: {e}")
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def read_nvml(ctx: ReadContext) -> NvmlInfo:
+    """NVML inventory, NVLinks and fabric state. Never raises."""
+    if ctx.host.is_live:
+        return _read_live(ctx)
+    if ctx.host.is_simulated:
+        return _read_sim(ctx)
+    return NvmlInfo(available=False, error="no NVML under a non-live host root")

@@ -1,0 +1,397 @@
+"""read_infiniband against the real upstream sysfs trees and small hand-built trees."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import agentd.host.fs as fs
+from agentd.host.fs import HostRoot, ReadContext
+from agentd.host.ibparse import roce_v2_gid_index
+from agentd.host.infiniband import read_infiniband
+from upstream import SYSFS_TREES, materialize, upstream_available
+
+needs_upstream = pytest.mark.skipif(not upstream_available(), reason="shared/upstream not present")
+TREES = ("gpud-h100-ndr", "procfs-fixtures", "node-exporter-fixtures")
+
+
+def _root(tree: str, materialized: bool, tmp_path: Path) -> Path:
+    src = SYSFS_TREES / tree
+    return materialize(src, tmp_path / tree) if materialized else src
+
+
+def _read(root: Path, **kw):
+    ctx = ReadContext(HostRoot.at(root), "infiniband")
+    return read_infiniband(ctx, **kw), ctx
+
+
+def _by_name(hcas):
+    return {h.name: h for h in hcas}
+
+
+def _ints(d: Path, skip=()) -> dict[str, int]:
+    out = {}
+    if d.is_dir():
+        for f in d.iterdir():
+            text = f.read_text().strip()
+            if f.name not in skip and re.fullmatch(r"\d+", text):
+                out[f.name] = int(text)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the real trees
+
+
+@needs_upstream
+@pytest.mark.parametrize("materialized", [False, True], ids=["as-is", "materialized"])
+@pytest.mark.parametrize("tree", TREES)
+def test_every_tree_matches_its_files(tree, materialized, tmp_path):
+    root = _root(tree, materialized, tmp_path)
+    hcas, ctx = _read(root)
+    assert ctx.errors == []
+    class_dir = root / "sys/class/infiniband"
+    assert sorted(h.name for h in hcas) == sorted(p.name for p in class_dir.iterdir())
+    for hca in hcas:
+        hdir = class_dir / hca.name
+        if (hdir / "hca_type").exists():
+            assert hca.hca_type == (hdir / "hca_type").read_text().strip()
+        assert hca.fw_ver == (hdir / "fw_ver").read_text().strip()
+        assert [p.port for p in hca.ports] == sorted(int(p.name) for p in (hdir / "ports").iterdir())
+        for port in hca.ports:
+            pdir = hdir / "ports" / str(port.port)
+            rate = (pdir / "rate").read_text().strip()
+            m = re.fullmatch(r"(\d+) Gb/sec \((\d+)X(?: (\w+))?\)", rate)
+            assert m, rate
+            assert port.rate_raw == rate
+            assert (port.rate_gbps, port.width, port.generation) == (float(m[1]), int(m[2]), m[3])
+            sid, sname = (pdir / "state").read_text().strip().split(": ")
+            assert (port.state_id, port.state) == (int(sid), sname)
+            pid, pname = (pdir / "phys_state").read_text().strip().split(": ")
+            assert (port.phys_state_id, port.phys_state) == (int(pid), pname)
+            assert port.link_layer == (pdir / "link_layer").read_text().strip()
+            expected = _ints(pdir / "counters")
+            expected.update({k: v for k, v in _ints(pdir / "counters_ext").items() if k not in expected})
+            assert port.counters == expected
+            assert port.hw_counters == _ints(pdir / "hw_counters", skip={"lifespan"})
+            assert "lifespan" not in port.hw_counters
+
+
+@needs_upstream
+def test_gpud_h100(tmp_path):
+    root = SYSFS_TREES / "gpud-h100-ndr"
+    hcas, ctx = _read(root)
+    # natural order: numbering gaps (no mlx5_2/3) and the bond after the numbered ones
+    assert [h.name for h in hcas] == [
+        "mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9", "mlx5_bond_0"]
+    # gpud files have no trailing newline
+    assert not (root / "sys/class/infiniband/mlx5_0/ports/1/rate").read_bytes().endswith(b"\n")
+    h = _by_name(hcas)
+    p = h["mlx5_0"].ports[0]
+    assert (h["mlx5_0"].hca_type, h["mlx5_0"].fw_ver, h["mlx5_0"].board_id) == ("MT4129", "28.41.1000", "MT_0000000838")
+    assert (p.state, p.state_id, p.phys_state, p.phys_state_id) == ("ACTIVE", 4, "LinkUp", 5)
+    assert (p.rate_raw, p.rate_gbps, p.width, p.generation) == ("400 Gb/sec (4X NDR)", 400.0, 4, "NDR")
+    assert p.link_layer == "InfiniBand" and p.is_active
+    assert p.counters["port_rcv_data"] == 230539874932483
+    assert p.counters["port_xmit_data"] == 230442669431839
+    assert p.counters["port_xmit_wait"] == 2489603687
+    assert p.counters["excessive_buffer_overrun_errors"] == 15
+    assert p.counters["port_rcv_errors"] == 14
+    assert p.hw_counters["rx_write_requests"] == 3809045607
+    assert p.hw_counters["roce_adp_retrans"] == 3
+    assert len(p.counters) == 21 and len(p.hw_counters) == 25
+    bond = h["mlx5_bond_0"]
+    bp = bond.ports[0]
+    assert (bond.hca_type, bond.fw_ver) == ("MT41692", "32.38.3056")
+    assert (bp.rate_gbps, bp.width, bp.generation, bp.link_layer) == (200.0, 2, "NDR", "Ethernet")
+    # no device links, no gids, no class/net in this fixture
+    assert all(x.pci_bus_id is None and x.numa_node is None and x.driver is None for x in hcas)
+    assert all(pt.gids == () and pt.netdev is None for x in hcas for pt in x.ports)
+
+
+@needs_upstream
+@pytest.mark.parametrize("materialized", [False, True], ids=["as-is", "materialized"])
+def test_procfs_fixture(materialized, tmp_path):
+    hcas, ctx = _read(_root("procfs-fixtures", materialized, tmp_path))
+    assert ctx.errors == []
+    h = _by_name(hcas)
+    assert list(h) == ["hfi1_0", "mlx4_0", "mlx5_0"]
+    hfi = h["hfi1_0"]
+    assert hfi.hca_type is None  # no hca_type file for Omni-Path
+    assert (hfi.ports[0].rate_gbps, hfi.ports[0].width, hfi.ports[0].generation) == (100.0, 4, "EDR")
+    assert hfi.ports[0].counters["port_rcv_data"] == 345091702026
+    assert hfi.ports[0].hw_counters == {}
+    mlx4 = h["mlx4_0"]
+    assert [(p.port, p.rate_gbps, p.generation, p.link_layer) for p in mlx4.ports] == [
+        (1, 40.0, "QDR", "InfiniBand"), (2, 40.0, "QDR", "InfiniBand")]
+    assert mlx4.ports[0].counters["port_xmit_wait"] == 3599
+    mlx5 = h["mlx5_0"]
+    p = mlx5.ports[0]
+    assert mlx5.node_guid == "0a7f:bc12:45ef:d23b"
+    assert (p.rate_gbps, p.width, p.generation) == (25.0, 1, "EDR")
+    # the fixture's phys_state quirk "4: ACTIVE" is kept as printed, not renamed by number
+    assert (p.phys_state_id, p.phys_state) == (4, "ACTIVE")
+    assert (p.state_id, p.state) == (4, "ACTIVE")
+    assert p.counters["port_xmit_data"] == 2880761508848
+    assert p.hw_counters["duplicate_request"] == 41
+    assert p.hw_counters["req_cqe_error"] == 3481
+    assert "lifespan" not in p.hw_counters
+
+
+@needs_upstream
+@pytest.mark.parametrize("materialized", [False, True], ids=["as-is", "materialized"])
+def test_node_exporter_fixture(materialized, tmp_path):
+    hcas, ctx = _read(_root("node-exporter-fixtures", materialized, tmp_path))
+    assert ctx.errors == []  # "N/A (no PMA)" counters are skipped, not errors
+    h = _by_name(hcas)
+    i40 = h["i40iw0"].ports[0]
+    assert (i40.rate_raw, i40.rate_gbps, i40.width, i40.generation) == ("10 Gb/sec (4X)", 10.0, 4, None)
+    assert i40.counters == {}
+    p1 = h["mlx4_0"].ports[0]
+    assert p1.counters["port_xmit_wait"] == 4294967295  # saturated 32-bit PMA counter, stored raw
+    assert p1.counters["port_rcv_data_64"] == 4631917  # counters_ext merged in
+    assert p1.counters["port_unicast_xmit_packets"] == 61239
+    assert p1.counters["port_rcv_data"] == 4631917
+
+
+@needs_upstream
+def test_counters_and_gids_can_be_skipped():
+    hcas, ctx = _read(SYSFS_TREES / "gpud-h100-ndr", counters=False, gids=False)
+    assert all(p.counters == {} and p.hw_counters == {} for h in hcas for p in h.ports)
+    assert all(p.state == "ACTIVE" for h in hcas for p in h.ports)
+    full, ctx_full = _read(SYSFS_TREES / "gpud-h100-ndr")
+    assert ctx.files_read < ctx_full.files_read
+
+
+# ---------------------------------------------------------------------------
+# one bad file never hides the rest
+
+
+@needs_upstream
+def test_garbage_counter_is_an_error_and_the_rest_is_read(tmp_path):
+    root = materialize(SYSFS_TREES / "gpud-h100-ndr", tmp_path / "r")
+    pdir = root / "sys/class/infiniband/mlx5_4/ports/1"
+    (pdir / "counters/symbol_error").write_text("garbage\n")
+    (pdir / "rate").write_text("fast")
+    (root / "sys/class/infiniband/mlx5_6/ports/1/state").unlink()
+    hcas, ctx = _read(root)
+    errs = {(e.path, e.kind) for e in ctx.errors}
+    assert errs == {
+        ("sys/class/infiniband/mlx5_4/ports/1/counters/symbol_error", "unparsable"),
+        ("sys/class/infiniband/mlx5_4/ports/1/rate", "unparsable"),
+        ("sys/class/infiniband/mlx5_6/ports/1/state", "missing"),
+    }
+    h = _by_name(hcas)
+    assert len(hcas) == 9
+    p4 = h["mlx5_4"].ports[0]
+    assert "symbol_error" not in p4.counters and len(p4.counters) == 20
+    assert p4.counters["port_rcv_data"] == 230539874932483
+    assert (p4.rate_raw, p4.rate_gbps, p4.state, p4.link_layer) == ("fast", None, "ACTIVE", "InfiniBand")
+    p6 = h["mlx5_6"].ports[0]
+    assert p6.state is None and p6.phys_state == "LinkUp" and p6.rate_gbps == 400.0
+
+
+@needs_upstream
+@pytest.mark.parametrize("err", [errno.EIO, errno.EACCES])
+def test_unreadable_counter_is_an_error_and_the_rest_is_read(err, monkeypatch):
+    real = fs.read_bounded
+    bad = ("mlx5_5/ports/1/counters/port_rcv_data", "mlx5_5/ports/1/hw_counters/out_of_buffer")
+
+    def fake(path, max_bytes=fs.MAX_ATTR_BYTES):
+        if str(path).endswith(bad):
+            raise OSError(err, os.strerror(err))
+        return real(path, max_bytes)
+
+    monkeypatch.setattr(fs, "read_bounded", fake)
+    hcas, ctx = _read(SYSFS_TREES / "gpud-h100-ndr")
+    assert sorted((e.path, e.kind) for e in ctx.errors) == [
+        ("sys/class/infiniband/mlx5_5/ports/1/counters/port_rcv_data", "unreadable"),
+        ("sys/class/infiniband/mlx5_5/ports/1/hw_counters/out_of_buffer", "unreadable"),
+    ]
+    assert all(e.source == "infiniband" for e in ctx.errors)
+    p = _by_name(hcas)["mlx5_5"].ports[0]
+    assert "port_rcv_data" not in p.counters and p.counters["port_xmit_data"] == 230442669431839
+    assert "out_of_buffer" not in p.hw_counters and p.hw_counters["rx_write_requests"] == 3809045607
+    assert p.state == "ACTIVE" and _by_name(hcas)["mlx5_5"].fw_ver == "28.41.1000"
+
+
+# ---------------------------------------------------------------------------
+# hand-built trees: device links, GID tables, port netdevs
+
+LL = "fe80:0000:0000:0000:1e34:daff:fe5a:1b2c"
+V4 = "0000:0000:0000:0000:0000:ffff:0a00:0105"
+V4B = "0000:0000:0000:0000:0000:ffff:0a00:0207"
+ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
+V1, V2 = "IB/RoCE v1", "RoCE v2"
+
+
+def _w(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _ln(path: Path, target: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, path)
+
+
+def _port(pdir: Path, *, link_layer: str, rate: str = "400 Gb/sec (4X NDR)", state: str = "4: ACTIVE") -> None:
+    _w(pdir / "state", state + "\n")
+    _w(pdir / "phys_state", "5: LinkUp\n")
+    _w(pdir / "rate", rate + "\n")
+    _w(pdir / "link_layer", link_layer + "\n")
+    _w(pdir / "lid", "0x1f\n")
+    _w(pdir / "sm_lid", "0x1\n")
+
+
+def _gid_table(pdir: Path, table: list[tuple[str, str, str]]) -> None:
+    for i, (gid, gtype, ndev) in enumerate(table):
+        _w(pdir / f"gids/{i}", gid + "\n")
+        _w(pdir / f"gid_attrs/types/{i}", gtype + "\n" if gtype else "")
+        _w(pdir / f"gid_attrs/ndevs/{i}", ndev + "\n" if ndev else "")
+
+
+def _roce_node(root: Path) -> None:
+    """A ConnectX RoCE function at 0000:1b:00.0 the way the kernel links it."""
+    fn = root / "sys/devices/pci0000:00/0000:00:01.0/0000:1b:00.0"
+    _w(fn / "numa_node", "1\n")
+    _ln(fn / "driver", "../../../../bus/pci/drivers/mlx5_core")  # dangling, like the fixtures
+    _w(fn / "net/ens1f0np0/dev_port", "0\n")
+    dev = fn / "infiniband/mlx5_0"
+    _w(dev / "hca_type", "MT4129\n")
+    _w(dev / "fw_ver", "28.39.1002\n")
+    _w(dev / "node_guid", "a088:c203:00e3:142a\n")
+    _ln(dev / "device", "../../../0000:1b:00.0")
+    _port(dev / "ports/1", link_layer="Ethernet")
+    _gid_table(dev / "ports/1", [
+        (LL, V1, "ens1f0np0"), (LL, V2, "ens1f0np0"),
+        (ZERO, "", ""), (ZERO, "", ""),
+        (V4, V1, "ens1f0np0"), (V4, V2, "ens1f0np0"),  # types/4,5 will fail with EINVAL
+        (ZERO, "", ""), (V4B, V1, "ens1f0np0"),  # gids/7 will fail with EINVAL (empty slot)
+        (V4B, V1, "ens1f0np0"), (V4B, V2, "ens1f0np0"),
+    ])
+    _ln(root / "sys/class/infiniband/mlx5_0", "../../devices/pci0000:00/0000:00:01.0/0000:1b:00.0/infiniband/mlx5_0")
+
+
+def _recording(monkeypatch, einval: tuple[str, ...] = ()) -> list[str]:
+    real = fs.read_bounded
+    opened: list[str] = []
+
+    def fake(path, max_bytes=fs.MAX_ATTR_BYTES):
+        opened.append(str(path))
+        if str(path).endswith(einval):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(path, max_bytes)
+
+    monkeypatch.setattr(fs, "read_bounded", fake)
+    return opened
+
+
+def test_roce_gid_table(tmp_path, monkeypatch):
+    _roce_node(tmp_path)
+    einval = ("ports/1/gid_attrs/types/4", "ports/1/gid_attrs/types/5", "ports/1/gids/7")
+    opened = _recording(monkeypatch, einval)
+    (hca,), ctx = _read(tmp_path)
+    assert ctx.errors == []  # EINVAL means "empty", never an error
+    assert (hca.pci_bus_id, hca.numa_node, hca.driver) == ("0000:1b:00.0", 1, "mlx5_core")
+    assert (hca.hca_type, hca.node_guid) == ("MT4129", "a088:c203:00e3:142a")
+    port = hca.ports[0]
+    assert (port.lid, port.sm_lid) == (0x1F, 1)
+    assert [(g.index, g.gid, g.type, g.netdev) for g in port.gids] == [
+        (0, LL, V1, "ens1f0np0"),
+        (1, LL, V2, "ens1f0np0"),
+        (4, V4, None, "ens1f0np0"),  # type unreadable: kept, but never chosen
+        (5, V4, None, "ens1f0np0"),
+        (8, V4B, V1, "ens1f0np0"),
+        (9, V4B, V2, "ens1f0np0"),
+    ]
+    assert roce_v2_gid_index(port.gids) == 9
+    assert port.netdev == "ens1f0np0"
+    # the EINVAL paths really ran
+    assert any(p.endswith("gid_attrs/types/4") for p in opened)
+    assert any(p.endswith("ports/1/gids/7") for p in opened)
+    # attributes of empty slots are never opened
+    for i in (2, 3, 6, 7):
+        assert not any(p.endswith((f"gid_attrs/types/{i}", f"gid_attrs/ndevs/{i}")) for p in opened)
+
+
+def test_roce_netdev_without_gids(tmp_path, monkeypatch):
+    _roce_node(tmp_path)
+    opened = _recording(monkeypatch)
+    (hca,), ctx = _read(tmp_path, gids=False)
+    assert ctx.errors == [] and hca.ports[0].gids == ()
+    assert hca.ports[0].netdev == "ens1f0np0"
+    assert not any("/gids/" in p for p in opened)
+
+
+def _ib_node(root: Path, *, device_link: bool) -> None:
+    """A dual-port InfiniBand HCA at 0000:81:00.0 with two IPoIB netdevs."""
+    fn = root / "sys/devices/pci0000:80/0000:80:02.0/0000:81:00.0"
+    _w(fn / "numa_node", "-1\n")
+    _w(fn / "net/ib0/dev_port", "0\n")
+    _w(fn / "net/ib1/dev_id", "0x1\n")  # old driver: dev_id only
+    dev = fn / "infiniband/mlx4_0"
+    _w(dev / "hca_type", "MT4099\n")
+    _w(dev / "fw_ver", "2.42.5000\n")
+    if device_link:
+        _ln(dev / "device", "../../../0000:81:00.0")
+    for n in (1, 2):
+        pdir = dev / f"ports/{n}"
+        _port(pdir, link_layer="InfiniBand", rate="56 Gb/sec (4X FDR)")
+        _gid_table(pdir, [("fe80:0000:0000:0000:0002:c903:0010:000%d" % n, "", ""), (ZERO, "", ""),
+                          ("fe80:0000:0000:0000:0002:c903:0010:00a%d" % n, "", "")])
+    _ln(root / "sys/class/infiniband/mlx4_0", "../../devices/pci0000:80/0000:80:02.0/0000:81:00.0/infiniband/mlx4_0")
+
+
+@pytest.mark.parametrize("device_link", [True, False])
+def test_ib_ports_netdevs_and_pci(tmp_path, monkeypatch, device_link):
+    _ib_node(tmp_path, device_link=device_link)
+    opened = _recording(monkeypatch)
+    (hca,), ctx = _read(tmp_path)
+    assert ctx.errors == []
+    # without a device link the BDF comes from the class entry's own path
+    assert (hca.pci_bus_id, hca.numa_node) == ("0000:81:00.0", None)  # numa_node -1 -> None
+    assert [(p.port, p.netdev, p.rate_gbps, p.generation) for p in hca.ports] == [
+        (1, "ib0", 56.0, "FDR"), (2, "ib1", 56.0, "FDR")]
+    # IB: the table is read up to the first empty slot (index 0 is the port GID)
+    assert [[g.index for g in p.gids] for p in hca.ports] == [[0], [0]]
+    assert hca.ports[0].gids[0].type is None
+    assert not any(p.endswith("gids/2") for p in opened)
+
+
+def test_natural_order_and_escaping_entry(tmp_path):
+    for name in ("mlx5_10", "mlx5_2", "mlx5_bond_0", "mlx5_1"):
+        _port(tmp_path / f"sys/class/infiniband/{name}/ports/1", link_layer="InfiniBand")
+    outside = tmp_path.parent / (tmp_path.name + "-outside")
+    _port(outside / "ports/1", link_layer="InfiniBand")
+    _ln(tmp_path / "sys/class/infiniband/mlx5_3", str(outside))
+    try:
+        hcas, ctx = _read(tmp_path)
+    finally:
+        shutil.rmtree(outside)
+    assert [h.name for h in hcas] == ["mlx5_1", "mlx5_2", "mlx5_10", "mlx5_bond_0"]
+    assert [(e.path, e.kind) for e in ctx.errors] == [("sys/class/infiniband/mlx5_3", "escape")]
+
+
+def test_no_infiniband_class_is_empty(tmp_path):
+    (tmp_path / "sys").mkdir()
+    hcas, ctx = _read(tmp_path)
+    assert hcas == () and ctx.errors == []
+
+
+def test_sub_function_maps_to_its_pci_function(tmp_path):
+    """mlx5 SFs live on the auxiliary bus below their PF: the PF is the PCI location."""
+    sf = tmp_path / "sys/devices/pci0000:00/0000:00:01.0/0000:1b:00.0/mlx5_core.sf.2"
+    dev = sf / "infiniband/mlx5_2"
+    _port(dev / "ports/1", link_layer="Ethernet")
+    _ln(dev / "device", "../../../mlx5_core.sf.2")
+    _ln(tmp_path / "sys/class/infiniband/mlx5_2",
+        "../../devices/pci0000:00/0000:00:01.0/0000:1b:00.0/mlx5_core.sf.2/infiniband/mlx5_2")
+    (hca,), ctx = _read(tmp_path)
+    assert ctx.errors == []
+    assert (hca.name, hca.pci_bus_id, hca.numa_node) == ("mlx5_2", "0000:1b:00.0", None)
