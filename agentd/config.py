@@ -127,7 +127,7 @@ class NcclSettings(Section):
     write_conf: bool = Field(False, description="Also write nccl.conf, which NCCL reads by itself for every job on the node.")
     write_topo: bool = Field(True, description="Write the topology XML and point NCCL_TOPO_FILE at it.")
     restore_drift: bool = Field(True, description="Rewrite a managed file someone edited (drift is always reported).")
-    socket_ifname: str | None = Field(None, description="Bootstrap interface for NCCL_SOCKET_IFNAME; unset: the interface of the default route when readable, else not set.")
+    socket_ifname: str | None = Field(None, description="Bootstrap interface for NCCL_SOCKET_IFNAME (exact match); unset: not written, NCCL chooses.")
     ib_tc: int | None = Field(None, ge=0, le=255, description="NCCL_IB_TC (fabric-wide; same on all nodes).")
     ib_sl: int | None = Field(None, ge=0, le=15, description="NCCL_IB_SL (fabric-wide).")
     cross_nic: Literal[0, 1, 2] | None = Field(None, description="NCCL_CROSS_NIC (fabric-wide).")
@@ -138,10 +138,17 @@ class NcclSettings(Section):
 
     @field_validator("overrides")
     @classmethod
-    def _nccl_keys(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not re.fullmatch(r"NCCL_[A-Z0-9_]+", key):
-                raise ValueError(f"{key!r} is not an NCCL_* variable name")
+    def _nccl_overrides(cls, v: dict[str, str]) -> dict[str, str]:
+        return _validated_nccl_vars(v)
+
+    @field_validator("profiles")
+    @classmethod
+    def _nccl_profiles(cls, v: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for name, variables in v.items():
+            try:
+                _validated_nccl_vars(variables)
+            except ValueError as e:
+                raise ValueError(f"profile {name!r}: {e}") from None
         return v
 
     @model_validator(mode="after")
@@ -149,6 +156,21 @@ class NcclSettings(Section):
         if self.profile is not None and self.profile not in self.profiles:
             raise ValueError(f"profile {self.profile!r} is not defined in nccl.profiles")
         return self
+
+
+def _validated_nccl_vars(v: dict[str, str]) -> dict[str, str]:
+    """Reject at load/reload time what NCCL would misread, instead of blocking renders later."""
+    from agentd.nccl.validate import validate_var  # pure; imported late to keep config light
+
+    problems: list[str] = []
+    for key, value in v.items():
+        if not re.fullmatch(r"NCCL_[A-Z0-9_]+", key):
+            problems.append(f"{key!r} is not an NCCL_* variable name")
+            continue
+        problems.extend(validate_var(key, str(value)))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return v
 
 
 class WebSettings(Section):

@@ -1,0 +1,118 @@
+"""NCCL files derived from measurement: the env file, nccl.conf and the topology XML.
+
+``render_all`` is the one entry point for the daemon and ``agentd render``: pure, no I/O.
+It renders the topology XML first, checks it with NCCL's parser rules, and only points
+``NCCL_TOPO_FILE`` at it when it passed; then derives and validates the environment and
+renders both env forms, re-reading the KEY=VALUE form with each consumer's parser.
+
+Contract for the caller:
+- ``problems`` non-empty: write nothing (keep the previous files) and report them; they
+  come from config (an override NCCL would misread) or from an internal inconsistency.
+- ``topo_xml`` None: do not write the XML (``notes``/``topo_problems`` say why; the env
+  then has no NCCL_TOPO_FILE, and NCCL detects the topology itself). ``topo_problems``
+  non-empty means agentd produced an XML that failed its own check: report it (a
+  warning finding), it is a bug or a hardware layout agentd does not understand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import EllipsisType
+
+from agentd.config import AgentConfig
+from agentd.model import Finding, NodeSnapshot
+from agentd.nccl.env import derive_env, render_env_conf, render_env_sh
+from agentd.nccl.envfile import read_docker_env_file, read_nccl_conf, read_systemd_env_file
+from agentd.nccl.envmodel import EnvVar, NcclEnv
+from agentd.nccl.topo import build_topo, render_topo_xml
+from agentd.nccl.xmlcheck import check_topo_xml
+from agentd.roles import HcaRoles
+
+__all__ = [
+    "EnvVar",
+    "NcclEnv",
+    "NcclRender",
+    "check_topo_xml",
+    "derive_env",
+    "render_all",
+    "render_env_conf",
+    "render_env_sh",
+    "render_topo_xml",
+]
+
+
+@dataclass(frozen=True)
+class NcclRender:
+    env: NcclEnv
+    env_sh: str
+    env_conf: str
+    topo_xml: str | None
+    problems: tuple[str, ...]  # blocking: write nothing
+    notes: tuple[str, ...] = ()  # non-blocking: advice, why the XML was not rendered
+    topo_problems: tuple[str, ...] = ()  # the rendered XML failed the NCCL-rule check
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def render_all(
+    snapshot: NodeSnapshot,
+    findings: Sequence[Finding],
+    config: AgentConfig,
+    roles: HcaRoles,
+    *,
+    generated_at: float | None = None,
+    topo_path: str | None | EllipsisType = ...,
+) -> NcclRender:
+    """Everything agentd writes for NCCL, validated. ``generated_at`` (default: the
+    snapshot time) only goes into the header comment. ``topo_path``: where the XML will
+    be written, for NCCL_TOPO_FILE (default ``paths.nccl_topo``; ``agentd render
+    --out-dir`` passes its own; None: the XML is not written, so no NCCL_TOPO_FILE)."""
+    notes: list[str] = []
+    topo_xml: str | None = None
+    topo_problems: tuple[str, ...] = ()
+    if config.nccl.write_topo:
+        topo = build_topo(snapshot, roles)
+        if topo.xml is None:
+            notes.append(f"topology XML not written: {topo.reason}")
+        else:
+            issues = check_topo_xml(topo.xml, existing_bus_ids={d.bdf for d in snapshot.pci})
+            if issues:
+                topo_problems = tuple(issues)
+                notes.append(f"topology XML not written: it fails the NCCL-rule check ({len(issues)} problems)")
+            else:
+                topo_xml = topo.xml
+    target = str(config.paths.nccl_topo) if topo_path is ... else topo_path
+    env = derive_env(snapshot, findings, config, topo_path=target if topo_xml is not None else None, roles=roles)
+    problems = list(env.problems)
+    notes += env.notes
+    when = snapshot.taken_at if generated_at is None else generated_at
+    host = snapshot.system.hostname
+    env_sh = render_env_sh(env, generated_at=when, hostname=host)
+    try:
+        env_conf = render_env_conf(env, generated_at=when, hostname=host)
+    except ValueError as e:
+        problems.append(str(e))
+        env_conf = ""
+    else:
+        expected = env.as_dict()
+        readers = (
+            ("NCCL's nccl.conf reader", read_nccl_conf(env_conf)),
+            ("NCCL's nccl.conf reader before 2.26", read_nccl_conf(env_conf, skip_hash_lines=False)),
+            ("systemd EnvironmentFile", read_systemd_env_file(env_conf)),
+            ("docker --env-file", read_docker_env_file(env_conf)),
+        )
+        for reader, got in readers:
+            if got != expected:
+                problems.append(f"{reader} would read the KEY=VALUE form differently: {got} instead of {expected}")
+    return NcclRender(
+        env=env,
+        env_sh=env_sh,
+        env_conf=env_conf,
+        topo_xml=topo_xml,
+        problems=tuple(problems),
+        notes=tuple(notes),
+        topo_problems=topo_problems,
+    )

@@ -1,0 +1,49 @@
+"""Node simulator: node profiles -> host-root trees, and fault injection.
+
+Public API::
+
+    PROFILES                     name -> Profile (h100-ib, h100-roce, pcie-4gpu)
+    build_tree(profile, out_dir, *, faults=()) -> Path
+    parse_fault(spec) -> Fault   KIND[@TARGET][=VALUE]; ValueError lists valid kinds
+    apply_fault(root, spec) -> Fault        (target/value resolved)
+    clear_fault(root, spec) -> Fault
+    applied_faults(root) -> list[str]
+    FAULT_KINDS, describe_kinds()
+
+A host root written here is what agentd's readers see on a node (DESIGN.md section 3):
+``sys/`` in the kernel's layout with relative symlinks, ``proc/``, and ``.agentd-sim/``
+with ``profile.json`` (profile + applied faults), ``nvml.json`` (NVML answers),
+``ethtool/<if>`` (``ethtool -S`` text) and ``dcb/<if>`` (``mlnx_qos -i`` text).
+
+nvml.json schema: ``{"driver_version": "550.90.07", "cuda_driver_version": 12040,
+"gpus": [{"index", "pci_bus_id" (dddd:bb:dd.f, lowercase), "name", "uuid",
+"nvlinks": [{"link", "state": "up"|"down", "remote_pci_bus_id", "remote_type":
+"nvswitch"|"gpu", "version": 4, "errors": {"crc_flit", "crc_data", "replay",
+"recovery"}}], "fabric_state": "completed"|"in_progress"|"not_started"|null,
+"fabric_status": "success"|null, "error": null|"GPU is lost"}], optional "hang_s"
+(seconds every NVML call blocks), optional "init_error" (nvmlInit fails with it)}``.
+
+Where a regular file cannot behave like sysfs, the tree says so by absence: empty GID
+slots have no ``gid_attrs/types|ndevs/<i>`` files (the kernel answers EINVAL), ``lo``
+has no ``speed``. An "unreadable" file is a directory (EISDIR), since root reads any
+mode. Module docstrings of build, rdma, net, node, faults and fault_kinds give details.
+"""
+
+from agentd.sim.build import build_tree, pci_layout
+from agentd.sim.fault_kinds import describe_kinds
+from agentd.sim.faults import FAULT_KINDS, Fault, applied_faults, apply_fault, clear_fault, parse_fault
+from agentd.sim.profiles import PROFILES, Profile
+
+__all__ = [
+    "PROFILES",
+    "Profile",
+    "build_tree",
+    "pci_layout",
+    "Fault",
+    "FAULT_KINDS",
+    "parse_fault",
+    "apply_fault",
+    "clear_fault",
+    "applied_faults",
+    "describe_kinds",
+]

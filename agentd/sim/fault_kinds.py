@@ -1,0 +1,150 @@
+"""The fault kinds: what each targets, what VALUE means, and its exact effect.
+
+``KINDS`` maps a kind name to a ``Kind``; ``describe_kinds()`` renders the table for
+``--help`` texts. The effects live in effects_link / effects_node; target forms are in
+targets. "restored" below means clearing copies the original bytes back; "advanced"
+means a counter that clearing leaves where it is (see agentd.sim.faults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from agentd.sim import effects_link as L
+from agentd.sim import effects_node as N
+from agentd.sim.pcicfg import ACS_KERNEL_ENABLE
+from agentd.sim.targets import Ctx, Target
+
+Apply = Callable[[Ctx, Target, Any], None]
+Paths = Callable[[Ctx, Target, Any], list]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    target: str  # port | netdev | roce | ethtool | gpu | device | nic | file | gpus | none
+    help: str
+    apply: Apply
+    restores: Paths
+    value: Callable[[str], Any] | None = None  # parses VALUE (ValueError if bad); None: takes none
+    default: Callable[[Ctx, Target], Any] | None = None
+    value_help: str = ""
+    advancing: Paths | None = None
+    on_clear: Callable[[Ctx, Target], None] | None = None
+    links: bool = False  # target may carry ":LINK"
+    port_files: tuple[str, ...] = ()  # file kinds: files of a port target
+    fmt: Callable[[Any], str] = str  # how a parsed value is written back into a spec
+
+    def format_value(self, value: Any) -> str | None:
+        return None if value is None else self.fmt(value)
+
+
+def _int(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(s: str) -> int:
+        try:
+            v = int(s, 0)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {s!r}") from None
+        if not lo <= v <= hi:
+            raise ValueError(f"{v} is outside {lo}..{hi}")
+        return v
+
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(s: str) -> str:
+        if s not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {s!r}")
+        return s
+
+    return parse
+
+
+def _rate(s: str) -> str:
+    if s == "width" or (s[:-1].isdigit() and s[-1] in "xX") or s.replace(".", "", 1).isdigit():
+        return s
+    raise ValueError(f"expected 'width', a lane count like '2X', or Gb/s like '200', got {s!r}")
+
+
+def _seconds(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise ValueError(f"expected seconds, got {s!r}") from None
+    if not 0 < v <= 86400:
+        raise ValueError(f"{v} is outside 0..86400 seconds")
+    return v
+
+
+def _const(v: Any) -> Callable[[Ctx, Target], Any]:
+    return lambda ctx, t: v
+
+
+def _none(ctx: Ctx, t: Target, v: Any) -> list:
+    return []
+
+
+_KINDS = [
+    Kind("port_down", "port", "port state '1: DOWN', phys_state '3: Disabled' (or '2: Polling'), rate '40 Gb/sec (4X QDR)'; netdev operstate down, carrier 0, speed -1 (restored). link_downed, carrier_changes/down_count +1 (advanced; clearing adds carrier_changes/up_count +1)",
+         L.port_down_apply, L.port_down_restores, _choice("disabled", "polling"), _const("disabled"), "disabled|polling", L.link_counters_advancing, L.port_down_on_clear),
+    Kind("rate_degraded", "port", "port rate lowered ('200' -> '200 Gb/sec (4X HDR)', 'width' -> '200 Gb/sec (2X NDR)', '1X' -> '100 Gb/sec (1X NDR)'); netdev speed follows",
+         L.rate_degraded_apply, L.rate_degraded_restores, _rate, _const("width"), "width|<N>X|<Gb/s>"),
+    Kind("flapping", "port", "link_downed += N (8-bit, saturates at 255), netdev carrier_changes += 2N, carrier_up/down_count += N, RoCE link_down_events_phy += N; state stays ACTIVE (all advanced)",
+         L.flapping_apply, _none, _int(1, 1000), _const(3), "N (default 3)", L.link_counters_advancing),
+    Kind("peermem_gone", "none", "sys/module/nvidia_peermem removed and nvidia_peermem dropped from proc/modules",
+         N.peermem_gone_apply, N.peermem_restores),
+    Kind("dmabuf_only", "none", "peermem gone; proc/driver/nvidia/version says Open Kernel Module; kernel 6.x: GDR only via DMA-BUF",
+         N.dmabuf_only_apply, N.gdr_restores),
+    Kind("no_gdr", "none", "peermem gone and the proprietary module (version text without 'Open', taint POE): no GDR path",
+         N.no_gdr_apply, N.gdr_restores),
+    Kind("pcie_downtrained", "device", "current_link_speed one generation lower (32.0 -> 16.0 GT/s) and/or current_link_width halved (16 -> 8), on the device and the port above it (one link, two ends), sysfs and config Link Status. GPUs default to width: they lower their speed when idle, so speed alone is no fault signal",
+         L.pcie_downtrained_apply, L.pcie_downtrained_restores, _choice("speed", "width", "both"), L.downtrain_default, "speed|width|both (default: width on a GPU, speed otherwise)"),
+    Kind("acs_on", "device", "ACS Control of the bridge directly above the device (the switch downstream port above a GPU) set to VALUE (default 0x1d = SV|RR|CR|UF, what Linux enables; bit 2 RR = P2P Request Redirect)",
+         L.acs_apply, L.acs_restores, _int(1, 0x7F), _const(ACS_KERNEL_ENABLE), "ACS control bits (default 0x1d)", fmt=lambda v: f"0x{v:02x}"),
+    Kind("mtu_mismatch", "netdev", "netdev mtu set to VALUE (default 1500; 9000 when it already is 1500)",
+         L.mtu_apply, L.mtu_restores, _int(68, 65535), L.mtu_default, "MTU"),
+    Kind("ecn_off", "roce", "ecn/roce_np/enable/<prio> and ecn/roce_rp/enable/<prio> = 0 (default prio: the profile's RoCE priority, 3)",
+         L.ecn_apply, L.ecn_restores, _int(0, 7), lambda ctx, t: ctx.profile.roce_priority, "priority"),
+    Kind("pfc_off", "roce", "the mlnx_qos stand-in (.agentd-sim/dcb/<if>) shows PFC disabled on every priority",
+         L.pfc_off_apply, L.pfc_off_restores),
+    Kind("pause_storm", "roce", "ethtool rx_prio<p>_pause += N (default 10^7), rx_prio<p>_pause_duration += N/10, rx_prio<p>_pause_transition += N/2 for the RoCE priority; applying again adds more (advanced: a rate is seen between two collections)",
+         L.pause_storm_apply, _none, _int(1, 10**15), _const(10**7), "N pause frames", L.ethtool_file),
+    Kind("nvlink_down", "gpu", "nvml.json link LINK of the GPU (VALUE or ':LINK' in the target, default 0) state 'down'",
+         N.nvlink_down_apply, N.nvlink_down_restores, _int(0, 63), None, "link number", links=True),
+    Kind("nvlink_errors", "gpu", "nvml.json link (':LINK', default 0) errors: crc_flit += N (default 1000), crc_data += N/100, replay += N/10 (advanced)",
+         N.nvlink_errors_apply, _none, _int(1, 10**12), _const(1000), "N", N.nvml_file, links=True),
+    Kind("gpu_lost", "gpu", "nvml.json GPU error 'GPU is lost' (still on PCI)",
+         N.gpu_lost_apply, N.gpu_lost_restores),
+    Kind("gpu_removed", "gpu", "GPU gone from PCI (device dir, bus/pci and driver links) and from nvml.json (later GPUs renumbered)",
+         N.gpu_removed_apply, N.gpu_removed_restores),
+    Kind("nic_removed", "nic", "HCA gone: PCI device dir (with infiniband/ and net/), bus/pci and driver links, class/infiniband and class/net links, its ethtool/dcb files",
+         L.remove_paths_apply(L.nic_paths), L.nic_paths),
+    Kind("counter_reset", "port", "every counters/* and hw_counters/* file of the port set to 0 (lifespan, a setting, kept); clearing restores the original values",
+         L.counter_reset_apply, L.counter_reset_restores),
+    Kind("counter_saturated", "port", "port_xmit_wait = 4294967295 (32-bit), link_downed = 255 (8-bit), symbol_error = 65535 (16-bit)",
+         L.counter_saturated_apply, L.counter_saturated_restores),
+    Kind("unreadable_file", "file", "the file replaced by a directory of the same name: read fails with EISDIR (root reads chmod-000 files, so permissions cannot do it); port target: its 'rate'",
+         N.unreadable_apply, N.files_restores, port_files=("rate",)),
+    Kind("garbage_file", "file", "non-UTF-8 garbage bytes written into the file; port target: its 'rate' and 'state'",
+         N.garbage_apply, N.files_restores, port_files=("rate", "state")),
+    Kind("nvml_hang", "none", "nvml.json hang_s = VALUE seconds (default 3600): every NVML call blocks that long",
+         N.nvml_hang_apply, N.top_field("hang_s"), _seconds, _const(3600.0), "seconds", fmt=lambda v: f"{v:g}"),
+    Kind("nvml_init_error", "none", "nvml.json init_error = VALUE (default 'Driver Not Loaded'): nvmlInit fails",
+         N.nvml_init_error_apply, N.top_field("init_error"), str, _const("Driver Not Loaded"), "error text"),
+    Kind("ethtool_failure", "ethtool", "the `ethtool -S` stand-in (.agentd-sim/ethtool/<if>) holds garbage (default) or is missing",
+         L.ethtool_failure_apply, L.ethtool_file, _choice("garbage", "missing"), _const("garbage"), "garbage|missing"),
+    Kind("fabric_incomplete", "gpus", "nvml.json fabric_state 'in_progress' (or VALUE 'not_started') and fabric_status null on the GPU, or all GPUs when no target; NVSwitch profiles only",
+         N.fabric_apply, N.fabric_restores, _choice("in_progress", "not_started"), _const("in_progress"), "in_progress|not_started"),
+]
+
+KINDS: dict[str, Kind] = {k.name: k for k in _KINDS}
+
+
+def describe_kinds() -> str:
+    lines = []
+    for k in _KINDS:
+        head = k.name + ("" if k.target == "none" else f"[@{k.target}]") + (f"[={k.value_help}]" if k.value else "")
+        lines.append(f"{head}\n    {k.help}")
+    return "\n".join(lines)

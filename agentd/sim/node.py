@@ -1,0 +1,153 @@
+"""Kernel, modules, NUMA, CPU and NVML facts of a simulated node.
+
+- ``proc/sys/kernel/{osrelease,hostname,arch}``, ``proc/version``;
+- ``proc/cpuinfo``: only the first few processors (two per socket), enough for
+  vendor_id / cpu family / model / physical id; the real file of a 224-CPU node is
+  several hundred KiB and readers only need its first block. No ``hypervisor`` flag
+  (bare metal);
+- ``sys/devices/system/node/{online,possible}`` and ``node<N>/{cpulist,cpumap}``;
+- ``proc/modules`` and ``sys/module/<m>/{initstate,refcnt[,version]}``;
+  ``sys/module/nvidia_peermem/version`` exists when peermem is loaded (the file NCCL
+  checks); the nvidia line carries taint ``(OE)`` for the open module and ``(POE)`` for
+  the proprietary one;
+- ``proc/driver/nvidia/version`` in the open or proprietary module's wording;
+- ``.agentd-sim/nvml.json``: what NVML would answer (schema in agentd.sim).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from agentd.sim.profiles import Profile
+from agentd.sim.tree import cpumask, parse_cpulist, write_attr
+
+DRIVER_DATE = "Thu Jun 27 20:37:02 UTC 2024"
+GCC_LINE = "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) "
+CPU_MODEL_NAME = "Intel(R) Xeon(R) Platinum 8480+"
+CPU_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush dts acpi mmx fxsr sse sse2 ss ht tm pbe syscall nx pdpe1gb rdtscp lm constant_tsc arch_perfmon pebs bts rep_good nopl xtopology nonstop_tsc cpuid aperfmperf pni pclmulqdq dtes64 monitor ds_cpl vmx smx est tm2 ssse3 sdbg fma cx16 xtpr pdcm pcid dca sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand lahf_lm abm 3dnowprefetch avx512f avx512dq avx512_bf16 amx_bf16 amx_tile amx_int8"
+
+# (name, size, users) in /proc/modules order (most recently loaded first).
+BASE_MODULES = [
+    ("nvidia_uvm", 4956160, []),
+    ("nvidia_drm", 122880, []),
+    ("nvidia_modeset", 1605632, ["nvidia_drm"]),
+    ("mlx5_ib", 462848, []),
+    ("ib_uverbs", 200704, ["mlx5_ib"]),
+    ("ib_core", 491520, ["mlx5_ib", "ib_uverbs"]),
+    ("mlx5_core", 2285568, ["mlx5_ib"]),
+    ("mlxfw", 36864, ["mlx5_core"]),
+    ("igb", 290816, []),
+]
+
+
+def driver_version_text(profile: Profile, open_module: bool) -> str:
+    v = profile.driver_version
+    if open_module:
+        first = f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  (dvs-builder@U16-I3-B03-4-3)  {DRIVER_DATE}"
+    else:
+        first = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {v}  {DRIVER_DATE}"
+    return f"{first}\n{GCC_LINE}\n"
+
+
+def modules_text(peermem: bool, open_module: bool) -> str:
+    mods = list(BASE_MODULES)
+    nvidia_users = ["nvidia_uvm", "nvidia_modeset"]
+    if peermem:
+        mods.insert(0, ("nvidia_peermem", 16384, []))
+        nvidia_users.insert(0, "nvidia_peermem")
+        mods = [(n, s, u + ["nvidia_peermem"] if n == "ib_core" else u) for n, s, u in mods]
+    mods.append(("nvidia", 54571008, nvidia_users))
+    lines = []
+    for name, size, users in mods:
+        used = "".join(f"{u}," for u in users) or "-"
+        taint = " (OE)" if name.startswith("nvidia") else ""
+        if name == "nvidia" and not open_module:
+            taint = " (POE)"
+        lines.append(f"{name} {size} {len(users)} {used} Live 0x0000000000000000{taint}")
+    return "\n".join(lines) + "\n"
+
+
+def module_names(peermem: bool) -> list[str]:
+    return [m for m, _, _ in BASE_MODULES] + ["nvidia"] + (["nvidia_peermem"] if peermem else [])
+
+
+def write_modules(root: Path, profile: Profile, *, peermem: bool, open_module: bool) -> None:
+    write_attr(root / "proc/modules", modules_text(peermem, open_module), newline=False)
+    write_attr(root / "proc/driver/nvidia/version", driver_version_text(profile, open_module), newline=False)
+    for m in module_names(peermem):
+        d = root / "sys/module" / m
+        write_attr(d / "initstate", "live")
+        write_attr(d / "refcnt", 0)
+        if m in ("nvidia", "nvidia_peermem"):
+            write_attr(d / "version", profile.driver_version)
+
+
+def write_cpuinfo(root: Path, profile: Profile) -> None:
+    blocks = []
+    for socket, cpulist in enumerate(profile.numa_cpulists):
+        for core, cpu in enumerate(parse_cpulist(cpulist)[:2]):
+            blocks.append(
+                f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+                f"model name\t: {CPU_MODEL_NAME}\nstepping\t: 8\ncpu MHz\t\t: 2000.000\n"
+                f"physical id\t: {socket}\ncore id\t\t: {core}\nflags\t\t: {CPU_FLAGS}\n"
+            )
+    blocks.sort(key=lambda b: int(b.split("\n")[0].split(":")[1]))
+    write_attr(root / "proc/cpuinfo", "\n".join(blocks) + "\n", newline=False)
+
+
+def nvml_data(profile: Profile) -> dict[str, Any]:
+    nvsw = profile.nvswitch_bdfs
+    gpus = []
+    for index, bdf in enumerate(profile.gpu_bdfs):
+        links = []
+        # 18 links spread 5/4/4/5 over the four NVSwitches (HGX H100 baseboard).
+        owners = [k for k, n in enumerate((5, 4, 4, 5)) for _ in range(n)]
+        for link in range(profile.nvlinks_per_gpu):
+            links.append(
+                {
+                    "link": link,
+                    "state": "up",
+                    "remote_pci_bus_id": nvsw[owners[link] % len(nvsw)] if nvsw else None,
+                    "remote_type": "nvswitch" if nvsw else "gpu",
+                    "version": 4,
+                    "errors": {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0},
+                }
+            )
+        gpus.append(
+            {
+                "index": index,
+                "pci_bus_id": bdf,
+                "name": profile.gpu_name,
+                "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"agentd-sim/{profile.name}/{bdf}")),
+                "nvlinks": links,
+                "fabric_state": "completed" if nvsw else None,
+                "fabric_status": "success" if nvsw else None,
+                "error": None,
+            }
+        )
+    return {"driver_version": profile.driver_version, "cuda_driver_version": profile.cuda_driver_version, "gpus": gpus}
+
+
+def write_nvml(root: Path, data: dict[str, Any]) -> None:
+    write_attr(root / ".agentd-sim/nvml.json", json.dumps(data, indent=2))
+
+
+def write_node(root: Path, profile: Profile) -> None:
+    k = root / "proc/sys/kernel"
+    write_attr(k / "osrelease", profile.kernel_release)
+    write_attr(k / "hostname", profile.hostname)
+    write_attr(k / "arch", "x86_64")
+    write_attr(root / "proc/version", f"Linux version {profile.kernel_release} (buildd@lcy02-amd64-051) (x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #24-Ubuntu SMP PREEMPT_DYNAMIC Fri Jun 14 09:38:28 UTC 2024")
+    write_cpuinfo(root, profile)
+    nodes = root / "sys/devices/system/node"
+    n = len(profile.numa_cpulists)
+    write_attr(nodes / "online", f"0-{n - 1}" if n > 1 else "0")
+    write_attr(nodes / "possible", f"0-{n - 1}" if n > 1 else "0")
+    for i, cpulist in enumerate(profile.numa_cpulists):
+        write_attr(nodes / f"node{i}/cpulist", cpulist)
+        write_attr(nodes / f"node{i}/cpumap", cpumask(cpulist, profile.nr_cpus))
+    write_modules(root, profile, peermem=profile.peermem, open_module=profile.open_module)
+    write_nvml(root, nvml_data(profile))

@@ -1,0 +1,290 @@
+"""Node profiles as data: the PCI tree, the RDMA devices, and the GPU/driver facts.
+
+A profile says *what* a node is; ``build.py`` decides how that looks in sysfs. Bus ids
+follow research/nccl-spec.md 1.9 (2-socket Sapphire Rapids, one Broadcom PEX Gen5 switch
+per GPU/NIC pair, NIC on bus ``hb+3`` and GPU on ``hb+4`` behind host bridge ``hb``).
+
+Choices worth knowing:
+- RDMA device names (``mlx5_N``) and netdev names are fixed by the profile, as udev rename
+  rules fix them on real nodes; they are not derived from PCI probe order.
+- ConnectX-7 is one device id (0x1021) in both modes; the class code says the mode
+  (0x020700 InfiniBand, 0x020000 Ethernet), as on real cards.
+- Link speeds are each device's *maximum*; the current speed of a link is the lower of
+  its two ends (an L40S Gen4 GPU on a Gen5 root port trains at 16 GT/s, as it would).
+- GUIDs, MACs and IPv4 addresses are fixed per profile, so trees are reproducible byte
+  for byte (faults and tests rely on that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+GT32, GT16, GT5 = "32.0 GT/s PCIe", "16.0 GT/s PCIe", "5.0 GT/s PCIe"
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    vendor: int
+    device: int
+    class_code: int
+    subsystem_vendor: int
+    subsystem_device: int
+    link_speed: str  # maximum
+    link_width: int  # maximum
+    driver: str | None
+    revision: int = 0
+
+
+MODELS: dict[str, DeviceModel] = {
+    "spr-root-port": DeviceModel(0x8086, 0x352A, 0x060400, 0x8086, 0x0000, GT32, 16, "pcieport", 0x04),
+    "pex-gen5-port": DeviceModel(0x1000, 0xC030, 0x060400, 0x1000, 0x100B, GT32, 16, "pcieport", 0xB0),
+    "h100-sxm": DeviceModel(0x10DE, 0x2330, 0x030200, 0x10DE, 0x16C1, GT32, 16, "nvidia", 0xA1),
+    "l40s": DeviceModel(0x10DE, 0x26B9, 0x030200, 0x10DE, 0x1851, GT16, 16, "nvidia", 0xA1),
+    "nvswitch-gen3": DeviceModel(0x10DE, 0x22A3, 0x068000, 0x10DE, 0x1796, GT16, 2, "nvidia-nvswitch", 0xA1),
+    "connectx-7": DeviceModel(0x15B3, 0x1021, 0x020700, 0x15B3, 0x0041, GT32, 16, "mlx5_core"),
+    "connectx-6": DeviceModel(0x15B3, 0x101B, 0x020700, 0x15B3, 0x0006, GT16, 16, "mlx5_core"),
+    "connectx-6dx": DeviceModel(0x15B3, 0x101D, 0x020000, 0x15B3, 0x0016, GT16, 16, "mlx5_core"),
+    "i350": DeviceModel(0x8086, 0x1521, 0x020000, 0x8086, 0x00A3, GT5, 4, "igb", 0x01),
+}
+
+Role = Literal["gpu", "hca", "nic", "nvswitch"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    bdf: str
+    model: str
+    role: Role
+    name: str | None = None  # HCA name (role "hca") or netdev name (role "nic")
+    class_code: int | None = None  # overrides the model's (ConnectX in Ethernet mode)
+
+
+@dataclass(frozen=True)
+class Switch:
+    usp: str
+    dsps: tuple[tuple[str, Endpoint], ...]  # (downstream port bdf, device below it)
+    model: str = "pex-gen5-port"
+
+
+@dataclass(frozen=True)
+class RootPort:
+    bdf: str
+    below: Endpoint | Switch
+    model: str = "spr-root-port"
+
+
+@dataclass(frozen=True)
+class HostBridge:
+    domain_bus: str  # "0000:14" -> directory devices/pci0000:14
+    numa_node: int
+    ports: tuple[RootPort, ...]
+
+
+@dataclass(frozen=True)
+class HcaSpec:
+    name: str
+    bdf: str
+    netdev: str  # IPoIB (ibN) or the RoCE Ethernet interface
+    link_layer: Literal["InfiniBand", "Ethernet"]
+    rate: str  # sysfs ports/1/rate
+    compute: bool
+    hca_type: str
+    fw_ver: str
+    board_id: str
+    node_guid: str  # sysfs form: a088:c203:0042:5f10
+    mtu: int
+    lid: int = 0
+    ipv4: str | None = None  # RoCE: the address behind the IPv4-mapped GIDs
+
+
+@dataclass(frozen=True)
+class BootNic:
+    netdev: str
+    bdf: str
+    mac: str
+    mtu: int = 1500
+    speed_mbps: int = 1000
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    hostname: str
+    nr_cpus: int
+    numa_cpulists: tuple[str, ...]
+    host_bridges: tuple[HostBridge, ...]
+    hcas: tuple[HcaSpec, ...]
+    boot_nic: BootNic
+    gpu_name: str
+    nvlinks_per_gpu: int  # 18 on H100 SXM (all to NVSwitches); 0 on PCIe GPUs
+    driver_version: str = "550.90.07"
+    cuda_driver_version: int = 12040
+    kernel_release: str = "6.5.0-1024-nvidia"
+    open_module: bool = True
+    peermem: bool = True
+    roce_priority: int = 3  # PFC + ECN priority on RoCE netdevs
+
+    def endpoints(self) -> list[Endpoint]:
+        out: list[Endpoint] = []
+        for hb in self.host_bridges:
+            for rp in hb.ports:
+                if isinstance(rp.below, Switch):
+                    out.extend(ep for _, ep in rp.below.dsps)
+                else:
+                    out.append(rp.below)
+        return out
+
+    @property
+    def gpu_bdfs(self) -> list[str]:
+        """In NVML's default order (PCI bus id)."""
+        return sorted(ep.bdf for ep in self.endpoints() if ep.role == "gpu")
+
+    @property
+    def nvswitch_bdfs(self) -> list[str]:
+        return sorted(ep.bdf for ep in self.endpoints() if ep.role == "nvswitch")
+
+    @property
+    def compute_hcas(self) -> list[str]:
+        return [h.name for h in self.hcas if h.compute]
+
+    @property
+    def roce_netdevs(self) -> list[str]:
+        """mlx5 Ethernet netdevs (carry RoCE, ECN files, ethtool prio counters, DCB)."""
+        return [h.netdev for h in self.hcas if h.link_layer == "Ethernet"]
+
+    def hca(self, name: str) -> HcaSpec | None:
+        return next((h for h in self.hcas if h.name == name), None)
+
+
+def _switch_pair(hb: int, numa: int, nic: Endpoint, gpu: Endpoint) -> HostBridge:
+    """Root port hb:01.0 -> switch USP (hb+1):00.0 -> DSPs (hb+2):00.0 (NIC), (hb+2):01.0 (GPU)."""
+    dsp = f"0000:{hb + 2:02x}"
+    sw = Switch(usp=f"0000:{hb + 1:02x}:00.0", dsps=((f"{dsp}:00.0", nic), (f"{dsp}:01.0", gpu)))
+    return HostBridge(f"0000:{hb:02x}", numa, (RootPort(f"0000:{hb:02x}:01.0", sw),))
+
+
+def _single(hb: int, numa: int, ep: Endpoint, rp_dev: str = "01.0") -> HostBridge:
+    return HostBridge(f"0000:{hb:02x}", numa, (RootPort(f"0000:{hb:02x}:{rp_dev}", ep),))
+
+
+H100_HOST_BRIDGES = ((0x14, 0), (0x35, 0), (0x46, 0), (0x57, 0), (0x94, 1), (0xB5, 1), (0xC6, 1), (0xD7, 1))
+H100_CPUS = ("0-55,112-167", "56-111,168-223")
+
+
+def _h100(name: str, description: str, ethernet: bool) -> Profile:
+    hbs: list[HostBridge] = []
+    hcas: list[HcaSpec] = []
+    nvsw = Switch(
+        usp="0000:01:00.0",
+        dsps=tuple((f"0000:02:0{i}.0", Endpoint(f"0000:{3 + i:02x}:00.0", "nvswitch-gen3", "nvswitch")) for i in range(4)),
+    )
+    boot = BootNic("eno1", "0000:0a:00.0", "7c:c2:55:3e:10:a0")
+    hbs.append(HostBridge("0000:00", 0, (RootPort("0000:00:01.0", nvsw), RootPort("0000:00:1c.0", Endpoint(boot.bdf, "i350", "nic", "eno1")))))
+    for i, (hb, numa) in enumerate(H100_HOST_BRIDGES):
+        nic_bdf, gpu_bdf = f"0000:{hb + 3:02x}:00.0", f"0000:{hb + 4:02x}:00.0"
+        hca = f"mlx5_{i}"
+        nic = Endpoint(nic_bdf, "connectx-7", "hca", hca, 0x020000 if ethernet else None)
+        hbs.append(_switch_pair(hb, numa, nic, Endpoint(gpu_bdf, "h100-sxm", "gpu")))
+        hcas.append(
+            HcaSpec(
+                name=hca,
+                bdf=nic_bdf,
+                netdev=f"ens{i + 1}np0" if ethernet else f"ib{i}",
+                link_layer="Ethernet" if ethernet else "InfiniBand",
+                rate="400 Gb/sec (4X NDR)",
+                compute=True,
+                hca_type="MT4129",
+                fw_ver="28.41.1000",
+                board_id="MT_0000000838" if not ethernet else "MT_0000000834",
+                node_guid=f"a088:c203:00{0x42 + i:02x}:{0x5f10 + 0x11 * i:04x}",
+                mtu=9000 if ethernet else 4092,
+                lid=0 if ethernet else 0x1A + i,
+                ipv4=f"10.{100 + i}.0.11" if ethernet else None,
+            )
+        )
+    if not ethernet:  # storage/management RoCE NICs, one per socket, on CPU root ports
+        for k, (hb, numa) in enumerate(((0x68, 0), (0xE8, 1))):
+            bdf = f"0000:{hb + 1:02x}:00.0"
+            hca = f"mlx5_{8 + k}"
+            hbs.append(_single(hb, numa, Endpoint(bdf, "connectx-6dx", "hca", hca)))
+            hcas.append(
+                HcaSpec(
+                    name=hca,
+                    bdf=bdf,
+                    netdev=f"enp{hb + 1}s0np0",
+                    link_layer="Ethernet",
+                    rate="100 Gb/sec (4X EDR)",
+                    compute=False,
+                    hca_type="MT4125",
+                    fw_ver="22.41.1000",
+                    board_id="MT_0000000359",
+                    node_guid=f"b83f:d203:002a:{0x1a1c + k:04x}",
+                    mtu=9000,
+                    ipv4=f"10.200.{k}.11",
+                )
+            )
+    hbs.sort(key=lambda h: h.domain_bus)
+    return Profile(
+        name=name,
+        description=description,
+        hostname=f"sim-{name}-01",
+        nr_cpus=224,
+        numa_cpulists=H100_CPUS,
+        host_bridges=tuple(hbs),
+        hcas=tuple(hcas),
+        boot_nic=boot,
+        gpu_name="NVIDIA H100 80GB HBM3",
+        nvlinks_per_gpu=18,
+    )
+
+
+def _pcie_4gpu() -> Profile:
+    boot = BootNic("eno1", "0000:02:00.0", "7c:c2:55:3e:20:b0")
+    gpus = {0x15: 0, 0x36: 0, 0x97: 1, 0xB7: 1}
+    hbs = [HostBridge("0000:00", 0, (RootPort("0000:00:1c.0", Endpoint(boot.bdf, "i350", "nic", "eno1")),))]
+    hbs += [_single(hb, numa, Endpoint(f"0000:{hb + 1:02x}:00.0", "l40s", "gpu")) for hb, numa in gpus.items()]
+    hcas = []
+    for i, (hb, numa) in enumerate(((0x57, 0), (0xD7, 1))):
+        bdf = f"0000:{hb + 1:02x}:00.0"
+        hbs.append(_single(hb, numa, Endpoint(bdf, "connectx-6", "hca", f"mlx5_{i}")))
+        hcas.append(
+            HcaSpec(
+                name=f"mlx5_{i}",
+                bdf=bdf,
+                netdev=f"ib{i}",
+                link_layer="InfiniBand",
+                rate="200 Gb/sec (4X HDR)",
+                compute=True,
+                hca_type="MT4123",
+                fw_ver="20.41.1000",
+                board_id="MT_0000000223",
+                node_guid=f"0c42:a103:00{0x7a + i:02x}:{0x3c40 + i:04x}",
+                mtu=4092,
+                lid=0x40 + i,
+            )
+        )
+    hbs.sort(key=lambda h: h.domain_bus)
+    return Profile(
+        name="pcie-4gpu",
+        description="4x L40S (PCIe, no NVLink), 2x ConnectX-6 HDR IB, one NIC per socket (GPUs 2-3 SYS from mlx5_0, 0-1 SYS from mlx5_1)",
+        hostname="sim-pcie-4gpu-01",
+        nr_cpus=128,
+        numa_cpulists=("0-31,64-95", "32-63,96-127"),
+        host_bridges=tuple(hbs),
+        hcas=tuple(hcas),
+        boot_nic=boot,
+        gpu_name="NVIDIA L40S",
+        nvlinks_per_gpu=0,
+    )
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        _h100("h100-ib", "8x H100 SXM + 4 NVSwitch, 8x ConnectX-7 NDR IB (PIX, one per GPU), 2x ConnectX-6 Dx 100GbE storage", False),
+        _h100("h100-roce", "8x H100 SXM + 4 NVSwitch, 8x ConnectX-7 400GbE RoCE v2 (PIX), MTU 9000, PFC+ECN on priority 3", True),
+        _pcie_4gpu(),
+    )
+}

@@ -1,0 +1,190 @@
+"""Managed files: change-only writes, seal, drift, failures that keep the old file."""
+
+import errno
+import os
+import subprocess
+import tempfile
+
+import pytest
+from nccl_fixtures import config, ib_node, roles_for
+
+from agentd.nccl import render_all
+from agentd.nccl.envfile import read_nccl_conf, read_systemd_env_file
+from agentd.nccl.xmlcheck import check_topo_xml
+from agentd.service import files
+from agentd.service.managed import ManagedFile, ManagedFiles, digest, read_seal, seal, unseal, write_managed
+
+BODY = "# NCCL settings, written by agentd\n# generated: 2026-01-01T00:00:00Z\nNCCL_IB_HCA==mlx5_0:1\n"
+
+
+def stat(path):
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns
+
+
+def test_create_then_unchanged_is_not_rewritten(tmp_path):
+    path = tmp_path / "nccl.conf"
+    state = ManagedFiles()
+    r = write_managed(path, BODY, state=state, now=100.0)
+    assert r.action == "created" and r.changed and r.ok
+    text = path.read_text()
+    assert unseal(text) == BODY and text.splitlines()[-1] == f"# agentd-sha256: {digest(BODY)}"
+    assert r.sha256 == __import__("hashlib").sha256(path.read_bytes()).hexdigest()
+    before = stat(path)
+    r = write_managed(path, BODY, state=state, now=200.0)
+    assert r.action == "unchanged" and not r.changed
+    assert stat(path) == before
+    st = state.statuses()[0]
+    assert st.last_write_at == 100.0 and st.last_success_at == 200.0 and st.writes_total == 1 and st.ok
+
+
+def test_only_the_generated_line_changed_is_unchanged(tmp_path):
+    path = tmp_path / "nccl.env"
+    mf = ManagedFile(path)
+    mf.write(BODY)
+    before = (stat(path), path.read_bytes())
+    r = mf.write(BODY.replace("2026-01-01T00:00:00Z", "2026-02-02T00:00:00Z"))
+    assert r.action == "unchanged" and (stat(path), path.read_bytes()) == before
+
+
+def test_changed_content_is_replaced_atomically(tmp_path):
+    path = tmp_path / "nccl.conf"
+    mf = ManagedFile(path)
+    mf.write(BODY)
+    ino = os.stat(path).st_ino
+    r = mf.write(BODY.replace("mlx5_0:1", "mlx5_1:1"))
+    assert r.action == "written" and "mlx5_1:1" in path.read_text()
+    assert os.stat(path).st_ino != ino  # a new file renamed over the old one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl.conf"]  # no temp files left
+
+
+def test_drift_edited_is_reported_and_restored(tmp_path):
+    path = tmp_path / "nccl.conf"
+    state = ManagedFiles(restore_drift=True)
+    write_managed(path, BODY, state=state)
+    good = path.read_bytes()
+    path.write_text(path.read_text().replace("mlx5_0:1", "mlx5_0:1,mlx5_9:1"))
+    r = write_managed(path, BODY, state=state, now=50.0)
+    assert r.action == "restored" and r.drift == "edited" and r.changed
+    assert path.read_bytes() == good
+    st = state.statuses()[0]
+    assert st.drift_total == 1 and st.last_drift_at == 50.0 and not st.drift_detected  # restored
+    assert write_managed(path, BODY, state=state).action == "unchanged"
+
+
+def test_drift_kept_when_restore_is_off(tmp_path):
+    path = tmp_path / "nccl.conf"
+    state = ManagedFiles(restore_drift=False)
+    write_managed(path, BODY, state=state)
+    path.write_text(path.read_text() + "NCCL_DEBUG=INFO\n")
+    edited = path.read_bytes()
+    for _ in range(2):
+        r = write_managed(path, BODY.replace("mlx5_0", "mlx5_2"), state=state)
+        assert r.action == "drift_kept" and r.drift == "edited" and not r.changed
+        assert path.read_bytes() == edited
+    st = state.statuses()[0]
+    assert st.drift_detected and st.drift_kind == "edited" and st.drift_total == 1
+    state.restore_drift = True  # config reload
+    assert write_managed(path, BODY, state=state).action == "restored"
+
+
+def test_edits_to_the_generated_line_are_not_drift(tmp_path):
+    path = tmp_path / "nccl.env"
+    mf = ManagedFile(path)
+    mf.write(BODY)
+    path.write_text(path.read_text().replace("2026-01-01", "1999-01-01"))
+    assert mf.write(BODY).action == "unchanged" and not mf.drift_detected
+
+
+def test_restart_tells_edits_from_node_changes(tmp_path):
+    path = tmp_path / "nccl.conf"
+    ManagedFile(path).write(BODY)
+    # a new process, and the node changed meanwhile: an update, not drift
+    r = ManagedFile(path).write(BODY.replace("mlx5_0", "mlx5_1"))
+    assert r.action == "written" and r.drift is None
+    # a new process finds a hand-edited file: drift
+    path.write_text(path.read_text().replace("mlx5_1", "mlx5_7"))
+    r = ManagedFile(path).write(BODY)
+    assert r.action == "restored" and r.drift == "edited"
+
+
+def test_foreign_unsealed_and_deleted(tmp_path):
+    path = tmp_path / "nccl.conf"
+    path.write_text("NCCL_IB_HCA=mlx5\n")  # someone else's file
+    r = ManagedFile(path).write(BODY)
+    assert r.drift == "foreign" and r.action == "restored"
+    path.write_text(BODY)  # agentd's text without a seal (e.g. written by `agentd render`)
+    r = ManagedFile(path).write(BODY)
+    assert r.drift is None and r.action == "written" and read_seal(path.read_text())
+    mf = ManagedFile(path)
+    mf.write(BODY)
+    path.unlink()
+    r = mf.write(BODY)
+    assert r.drift == "deleted" and r.action == "restored" and path.exists()
+
+
+def test_replaced_by_another_sealed_version(tmp_path):
+    path = tmp_path / "nccl.conf"
+    mf = ManagedFile(path)
+    mf.write(BODY)
+    path.write_text(seal(BODY.replace("mlx5_0", "mlx5_3"), xml=False))
+    assert mf.write(BODY).drift == "replaced"
+
+
+@pytest.mark.parametrize(
+    "target,err",
+    [
+        ("replace", errno.EROFS),
+        ("write", errno.ENOSPC),
+        ("mkstemp", errno.EROFS),
+        ("fsync", errno.EIO),
+    ],
+)
+def test_failed_write_keeps_previous_file_and_is_retried(tmp_path, monkeypatch, target, err):
+    path = tmp_path / "nccl.conf"
+    state = ManagedFiles()
+    write_managed(path, BODY, state=state, now=10.0)
+    old = path.read_bytes()
+
+    def fail(*a, **kw):
+        raise OSError(err, os.strerror(err))
+
+    new = BODY.replace("mlx5_0", "mlx5_5")
+    with monkeypatch.context() as m:
+        m.setattr(tempfile if target == "mkstemp" else os, target, fail)
+        r = write_managed(path, new, state=state, now=20.0)
+    assert r.action == "failed" and not r.changed and os.strerror(err) in r.error
+    assert path.read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl.conf"]
+    st = state.statuses()[0]
+    assert not st.ok and st.failures_total == 1 and st.consecutive_failures == 1
+    assert st.last_error == r.error and st.last_error_at == 20.0 and st.last_success_at == 10.0
+    r = write_managed(path, new, state=state, now=30.0)  # next cycle: retried
+    assert r.action == "written" and unseal(path.read_text()) == new
+    st = state.statuses()[0]
+    assert st.ok and st.failures_total == 1 and st.consecutive_failures == 0 and st.last_write_at == 30.0
+
+
+def test_atomic_write_signature_unchanged(tmp_path):
+    res = files.atomic_write(tmp_path / "f", "x", mode=0o600, only_if_changed=True)
+    assert res.ok and res.changed and oct(os.stat(tmp_path / "f").st_mode & 0o777) == "0o600"
+    assert not files.atomic_write(tmp_path / "f", b"x").changed
+
+
+def test_sealed_files_still_read_correctly(tmp_path):
+    """The seal is a comment in every form: NCCL, systemd, bash and the XML checker agree."""
+    snap = ib_node()
+    r = render_all(snap, [], config(ib_tc=106), roles_for(snap))
+    state = ManagedFiles()
+    for name, text in (("nccl.env", r.env_sh), ("nccl.conf", r.env_conf), ("topo.xml", r.topo_xml)):
+        write_managed(tmp_path / name, text, state=state)
+    conf = (tmp_path / "nccl.conf").read_text()
+    assert read_nccl_conf(conf) == read_nccl_conf(conf, skip_hash_lines=False) == read_systemd_env_file(conf) == r.env.as_dict()
+    xml = (tmp_path / "topo.xml").read_text()
+    assert xml.splitlines()[-1].startswith("<!-- agentd-sha256: ")
+    assert check_topo_xml(xml, existing_bus_ids={d.bdf for d in snap.pci}) == []
+    out = subprocess.run(
+        ["bash", "-c", f"set -e; . {tmp_path / 'nccl.env'}; echo \"$NCCL_IB_HCA|$NCCL_IB_TC\""],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    assert out.stdout.strip() == f"{r.env.get('NCCL_IB_HCA')}|106"
