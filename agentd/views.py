@@ -58,7 +58,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str,
             }
             for h in snap.hcas
         ],
-        "netdevs": [n.model_dump(mode="json", exclude={"ethtool"}) | {"ethtool_stats": len(n.ethtool or {})} for n in snap.netdevs],
+        "netdevs": [n.model_dump(mode="json") for n in snap.netdevs],
         "gdr": snap.gdr.model_dump(mode="json"),
         "nvml": {
             "available": snap.nvml.available,
@@ -66,7 +66,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str,
             "error": snap.nvml.error,
             "gpus": [g.model_dump(mode="json") for g in snap.nvml.gpus],
         },
-        "pci_devices": len(snap.pci),
+        "pci": [d.model_dump(mode="json") for d in snap.pci],
         "probes": [p.model_dump(mode="json") for p in snap.probes],
         "read_errors": [e.model_dump(mode="json") for e in snap.read_errors],
     }
