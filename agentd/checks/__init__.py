@@ -1,0 +1,81 @@
+"""Checks: pure functions from a snapshot (plus history, config, baseline) to findings.
+
+Adding a check = one function ``(CheckInput) -> list[Finding]`` in a module of this
+package + one line in ``CHECKS``. Finding codes are catalogued in docs/findings.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from agentd.checks import (
+    gdr,
+    ib,
+    ib_counters,
+    inventory,
+    mtu,
+    nvlink,
+    pcie,
+    probes,
+    roce,
+)
+from agentd.checks.common import CheckInput, finding
+from agentd.model import Finding, sort_findings
+from agentd.roles import HcaRoles, hca_roles
+
+__all__ = ["CHECKS", "CheckInput", "check_name", "run_checks"]
+
+Check = Callable[[CheckInput], list[Finding]]
+
+CHECKS: tuple[Check, ...] = (
+    ib.check_ports,
+    ib.check_flapping,
+    ib_counters.check_counters,
+    gdr.check_gdr,
+    pcie.check_links,
+    pcie.check_gpu_nic_paths,
+    pcie.check_acs,
+    mtu.check_mtu,
+    roce.check_roce,
+    nvlink.check_nvlink,
+    inventory.check_inventory,
+    probes.check_probes,
+)
+
+
+def check_name(check: Check) -> str:
+    """``ib.check_ports`` for agentd.checks.ib.check_ports (the subject of agentd.check.error)."""
+    module = getattr(check, "__module__", "") or ""
+    return f"{module.rsplit('.', 1)[-1]}.{getattr(check, '__name__', repr(check))}"
+
+
+def _error(name: str, exc: BaseException) -> Finding:
+    text = " ".join(str(exc).split())[:200]
+    return finding(
+        "agentd.check.error",
+        "warning",
+        name,
+        f"check {name} raised {type(exc).__name__}{': ' + text if text else ''}; its findings are missing",
+        "an agentd bug: report it with `agentd inspect --format json` output; the other checks still ran",
+        measured=type(exc).__name__,
+    )
+
+
+def run_checks(inp: CheckInput, checks: tuple[Check, ...] = CHECKS) -> list[Finding]:
+    """All findings, sorted with model.sort_findings. Never raises: a check that raises
+    becomes a warning ``agentd.check.error`` naming it."""
+    out: list[Finding] = []
+    if inp.roles is None:
+        try:
+            roles = hca_roles(inp.snapshot, inp.config.hca)
+        except Exception as exc:  # noqa: BLE001 - judged, not propagated
+            out.append(_error("roles.hca_roles", exc))
+            roles = HcaRoles(compute=(), other=tuple(h.name for h in inp.snapshot.hcas), source="error")
+        inp = replace(inp, roles=roles)
+    for check in checks:
+        try:
+            out.extend(check(inp))
+        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            out.append(_error(check_name(check), exc))
+    return sort_findings(out)

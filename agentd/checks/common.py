@@ -1,0 +1,232 @@
+"""Shared pieces of the checks: Finding builders, subjects, history windows, counter math.
+
+Counter rules (the reason this module exists):
+- A rate needs two readings of the same counter with increasing ``taken_at``. No history
+  means no rate, never a guess.
+- A counter that went backwards was reset (driver reload, ``perfquery -R``): the readings
+  before the reset are ignored and the rate is measured from the first reading after it.
+  A reset in the latest step is reported, never turned into a negative or zero rate.
+- A counter at its PMA maximum (8/16/32-bit IB PortCounters) no longer counts: its rate is
+  unknown, and it is reported as saturated instead of being read as flat.
+- Small counts over short spans are noise for low thresholds (one symbol error in a 2 s
+  ``agentd check`` window is 1800/h): a threshold above zero also needs ``MIN_EVENTS``
+  events. A threshold of exactly zero means "any increase" as published (NVSentinel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Literal, Sequence
+
+from agentd.baseline import Baseline
+from agentd.config import AgentConfig
+from agentd.model import Finding, IbPort, Netdev, NodeSnapshot, Severity
+from agentd.roles import HcaRoles, hca_roles
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    """Everything a check may look at. Checks never read files or clocks."""
+
+    snapshot: NodeSnapshot
+    history: tuple[NodeSnapshot, ...]  # earlier snapshots, oldest first (may be empty)
+    config: AgentConfig
+    baseline: Baseline | None = None
+    roles: HcaRoles | None = None  # computed with hca_roles(snapshot, config.hca) when None
+
+    def resolved_roles(self) -> HcaRoles:
+        return self.roles if self.roles is not None else hca_roles(self.snapshot, self.config.hca)
+
+
+# Rates are measured against the oldest snapshot within this many seconds (averages short
+# bursts, and a finding clears at most this long after the counter stops moving). Error
+# counters with per-hour thresholds use the long window; signals about what is happening
+# now (pause storms, congestion notifications) use the short one so they clear quickly.
+RATE_WINDOW_S = 600.0
+SHORT_RATE_WINDOW_S = 60.0
+# A positive threshold fires only when at least this many events were counted.
+MIN_EVENTS = 3
+# Readings used per counter within the window (evenly thinned; the oldest and newest are
+# always kept). Thinning can only hide a reset followed by a rise above the earlier value,
+# which makes the rate lower, never higher: no false alarm, bounded cost per cycle.
+MAX_READINGS = 60
+
+# IB PortCounters widths (IBA PortCounters; Linux drivers/infiniband/core/sysfs.c).
+# The data/packet counters are 64-bit when the PMA supports PortCountersExtended, and
+# sysfs then prints the 64-bit value under the same name: only an exact 2^32-1 is read
+# as saturation for them.
+PMA_COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_data": 32,
+    "port_rcv_data": 32,
+    "port_xmit_packets": 32,
+    "port_rcv_packets": 32,
+    "port_xmit_wait": 32,
+}
+
+
+def pma_max(name: str) -> int | None:
+    bits = PMA_COUNTER_BITS.get(name)
+    return None if bits is None else (1 << bits) - 1
+
+
+def is_saturated(name: str, value: int | None) -> bool:
+    ceiling = pma_max(name)
+    return ceiling is not None and value == ceiling
+
+
+# ---------------------------------------------------------------------------
+# findings and subjects
+
+
+def finding(
+    code: str,
+    severity: Severity,
+    subject: str,
+    message: str,
+    remediation: str = "",
+    *,
+    measured: str | float | int | None = None,
+    expected: str | float | int | None = None,
+) -> Finding:
+    return Finding(
+        code=code,
+        severity=severity,
+        subject=subject,
+        message=" ".join(message.split()),  # always one line
+        remediation=remediation,
+        measured=measured,
+        expected=expected,
+    )
+
+
+def port_subject(hca: str, port: int) -> str:
+    return f"{hca}:{port}"
+
+
+def gpu_subject(index: int) -> str:
+    return f"gpu{index}"
+
+
+def cap(severity: Severity, limit: Severity) -> Severity:
+    """The milder of two severities (non-compute devices are capped at warning)."""
+    order = ("ok", "warning", "critical")
+    return order[min(order.index(severity), order.index(limit))]  # type: ignore[return-value]
+
+
+def fmt(value: float) -> str:
+    """Short human number: 0.0333 -> '0.0333', 1200.0 -> '1200', 12.345 -> '12.3'."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+# ---------------------------------------------------------------------------
+# history
+
+
+def earlier(history: Iterable[NodeSnapshot], now: float) -> list[NodeSnapshot]:
+    """History snapshots strictly older than ``now``, oldest first."""
+    return sorted((s for s in history if s.taken_at < now), key=lambda s: s.taken_at)
+
+
+def in_window(history: Iterable[NodeSnapshot], now: float, window_s: float,
+              max_snapshots: int = MAX_READINGS) -> list[NodeSnapshot]:
+    """Snapshots within ``window_s`` before ``now``, oldest first, thinned evenly to at most
+    ``max_snapshots``. When none is that recent but older ones exist, the newest older one
+    (a rate over a longer span is still a rate)."""
+    older = earlier(history, now)
+    recent = [s for s in older if s.taken_at >= now - window_s]
+    if not recent:
+        return older[-1:]
+    if len(recent) <= max_snapshots:
+        return recent
+    step = (len(recent) - 1) / (max_snapshots - 1)
+    picks = sorted({round(i * step) for i in range(max_snapshots)} | {0, len(recent) - 1})
+    return [recent[i] for i in picks]
+
+
+# ---------------------------------------------------------------------------
+# counter math
+
+
+@dataclass(frozen=True)
+class CounterChange:
+    """How one counter moved over a span of readings."""
+
+    status: Literal["rate", "reset", "saturated", "unknown"]
+    delta: int = 0  # increase since the base reading (a lower bound when saturated)
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float | None:
+        if self.status != "rate" or self.seconds <= 0:
+            return None
+        return self.delta / self.seconds
+
+
+def counter_change(readings: Sequence[tuple[float, int | None]], max_value: int | None = None) -> CounterChange:
+    """Judge a counter from ``(taken_at, value)`` readings, oldest first, the last one the
+    current reading. Missing values (None) are skipped."""
+    points = [(t, v) for t, v in readings if v is not None]
+    if len(points) < 2:
+        return CounterChange("unknown")
+    if points[-1][1] < points[-2][1]:  # type: ignore[operator]
+        return CounterChange("reset")
+    base = 0
+    for i in range(1, len(points)):
+        if points[i][1] < points[i - 1][1]:  # type: ignore[operator]
+            base = i  # count again from the first reading after a reset
+    t0, v0 = points[base]
+    t1, v1 = points[-1]
+    assert v0 is not None and v1 is not None
+    if max_value is not None and v1 >= max_value:
+        return CounterChange("saturated", delta=v1 - v0, seconds=t1 - t0)
+    if t1 <= t0:
+        return CounterChange("unknown")
+    return CounterChange("rate", delta=v1 - v0, seconds=t1 - t0)
+
+
+def exceeds(change: CounterChange, per_s: float) -> bool:
+    """True when a measured rate is above the threshold with enough events to mean it."""
+    rate = change.rate
+    if rate is None or change.delta <= 0 or rate <= per_s:
+        return False
+    return per_s == 0 or change.delta >= MIN_EVENTS
+
+
+def port_index(snap: NodeSnapshot) -> dict[tuple[str, int], IbPort]:
+    return {(h.name, p.port): p for h in snap.hcas for p in h.ports}
+
+
+def readings(
+    snaps: Sequence[NodeSnapshot], value: Callable[[NodeSnapshot], int | None]
+) -> list[tuple[float, int | None]]:
+    return [(s.taken_at, value(s)) for s in snaps]
+
+
+def roce_compute_ports(inp: CheckInput) -> list[tuple[str, IbPort, Netdev]]:
+    """(hca, port, netdev) for each Ethernet (RoCE) port of a compute HCA whose netdev is known."""
+    roles = inp.resolved_roles()
+    out = []
+    for h in inp.snapshot.hcas:
+        if not roles.is_compute(h.name):
+            continue
+        for p in h.ports:
+            nd = inp.snapshot.netdev(p.netdev) if p.link_layer == "Ethernet" and p.netdev else None
+            if nd is not None:
+                out.append((h.name, p, nd))
+    return out

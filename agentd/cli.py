@@ -1,0 +1,271 @@
+"""Command line: run | check | render | inspect | simulate | baseline.
+
+Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
+(warnings only), 2 critical, 3 agentd itself could not run (reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from agentd import __version__
+from agentd.config import AgentConfig, ConfigError, load_config
+
+EXIT_OK, EXIT_DEGRADED, EXIT_CRITICAL, EXIT_INTERNAL = 0, 1, 2, 3
+STATUS_EXIT = {"ok": EXIT_OK, "degraded": EXIT_DEGRADED, "critical": EXIT_CRITICAL}
+
+
+class UsageError(Exception):
+    """agentd cannot run as asked (exit 3)."""
+
+
+def _common(p: argparse.ArgumentParser, *, fmt: bool = True) -> None:
+    p.add_argument("--config", type=Path, help="TOML config file (default /etc/agentd/agentd.toml, optional)")
+    p.add_argument("--host-root", type=Path, help="root of the node's filesystem (default /, or config host_root)")
+    if fmt:
+        p.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="agentd", description="Per-node agent for GPU clusters: fabric checks, metrics, NCCL files.")
+    ap.add_argument("--version", action="version", version=f"agentd {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run the daemon (metrics, /health, NCCL files)")
+    _common(p, fmt=False)
+    p.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:9478)")
+    p.add_argument("--simulate", metavar="PROFILE", help="run on a freshly built simulated node (see `agentd simulate --list`)")
+    p.add_argument("--sim-dir", type=Path, help="where to build the simulated root (default: a new temp dir)")
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC", help="fault to inject into the simulated node (repeatable)")
+
+    p = sub.add_parser("check", help="collect once, print findings, exit 0/1/2 (3: could not run)")
+    _common(p)
+    p.add_argument("--all", action="store_true", help="text format: also list ok-severity facts")
+
+    p = sub.add_parser("inspect", help="show what agentd reads on this node")
+    _common(p)
+
+    p = sub.add_parser("render", help="write nccl.env, nccl.conf and nccl-topo.xml")
+    _common(p, fmt=False)
+    p.add_argument("--out-dir", type=Path, help="write the three files here instead of the configured paths")
+    p.add_argument("--diff", action="store_true", help="show what would change, write nothing")
+
+    p = sub.add_parser("simulate", help="write a simulated node as a host-root tree")
+    p.add_argument("--profile", help="node profile")
+    p.add_argument("--out", type=Path, help="directory to write the host root into")
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC", help="KIND[@TARGET][=VALUE] (repeatable)")
+    p.add_argument("--clear-fault", action="append", default=[], metavar="SPEC", help="undo a fault in an existing root given by --out")
+    p.add_argument("--list", action="store_true", help="list profiles and fault kinds")
+
+    p = sub.add_parser("baseline", help="manage the inventory baseline")
+    bsub = p.add_subparsers(dest="baseline_command", required=True)
+    b = bsub.add_parser("reset", help="forget the baseline; the next healthy collection becomes the new one")
+    b.add_argument("--config", type=Path)
+    b = bsub.add_parser("show", help="print the baseline")
+    b.add_argument("--config", type=Path)
+    return ap
+
+
+# ---------------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace, **extra: Any) -> AgentConfig:
+    over: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+    if getattr(args, "host_root", None) is not None:
+        over["host_root"] = str(args.host_root)
+    return load_config(args.config, overrides=over or None)
+
+
+def _host(config: AgentConfig):
+    from agentd.host.fs import HostRoot
+
+    root = config.host_root
+    if not root.is_dir():
+        raise UsageError(f"host root {root} is not a directory")
+    if not (root / "sys").is_dir():
+        raise UsageError(f"host root {root} has no sys/ directory (expected sysfs at {root / 'sys'})")
+    return HostRoot.at(root)
+
+
+def _collect(config: AgentConfig, *, rate_window: bool):
+    """One snapshot, plus the one before it when counter rates are wanted."""
+    from agentd.host.collect import Collector, probes_in
+
+    c = Collector(_host(config), config)
+    c.run_sync()
+    first = c.snapshot()
+    window = config.intervals.check_rate_window_s
+    if not rate_window or window <= 0:
+        return first, ()
+    time.sleep(window)
+    c.run_sync(probes_in(("fast", "medium")))
+    return c.snapshot(), (first,)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from agentd.roles import hca_roles
+    from agentd.views import inspect_text, inspect_view
+
+    config = _config(args)
+    snap, _ = _collect(config, rate_window=False)
+    roles = hca_roles(snap, config.hca)
+    if args.format == "json":
+        json.dump(inspect_view(snap, roles), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(inspect_text(snap, roles))
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from agentd.judge import judge
+    from agentd.service.baseline_store import BaselineError, load_baseline, save_baseline
+    from agentd.views import findings_json, findings_text
+
+    config = _config(args)
+    snap, history = _collect(config, rate_window=True)
+    try:
+        baseline = load_baseline(config.paths.baseline)
+    except BaselineError as e:
+        raise UsageError(str(e)) from None
+    j = judge(snap, history, config, baseline)
+    if j.new_baseline is not None:
+        res = save_baseline(config.paths.baseline, j.new_baseline)
+        if not res.ok:
+            print(f"agentd: note: baseline not saved: {res.error}", file=sys.stderr)
+    if args.format == "json":
+        json.dump(findings_json(j.findings), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(findings_text(j.findings, include_ok=args.all))
+    return STATUS_EXIT[j.status]
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    import difflib
+
+    from agentd.judge import judge
+    from agentd.nccl import render_all
+    from agentd.service.files import read_current
+    from agentd.service.managed import ManagedFile, stable_text
+
+    config = _config(args)
+    snap, history = _collect(config, rate_window=False)
+    if args.out_dir is not None:
+        targets = {"env": args.out_dir / "nccl.env", "conf": args.out_dir / "nccl.conf", "topo": args.out_dir / "nccl-topo.xml"}
+    else:
+        targets = {"env": config.paths.nccl_env, "conf": config.paths.nccl_conf, "topo": config.paths.nccl_topo}
+    j = judge(snap, history, config, None)
+    write_topo = config.nccl.write_topo
+    render = render_all(snap, j.findings, config, j.roles, topo_path=str(targets["topo"]) if write_topo else None)
+    for note in render.notes:
+        print(f"agentd: note: {note}", file=sys.stderr)
+    if render.problems:
+        for p in render.problems:
+            print(f"agentd: render problem: {p}", file=sys.stderr)
+        raise UsageError("rendered NCCL files failed validation; nothing written")
+    contents = {"env": render.env_sh, "conf": render.env_conf, "topo": render.topo_xml if write_topo else None}
+    if args.out_dir is None and not config.nccl.write_conf:
+        contents["conf"] = None
+    rc = EXIT_OK
+    for key, text in contents.items():
+        path = targets[key]
+        if text is None:
+            continue
+        if args.diff:
+            # Compare what matters: the generated-at and seal lines change on every render.
+            old = stable_text((read_current(path) or b"").decode("utf-8", "replace"))
+            diff = difflib.unified_diff(old.splitlines(True), stable_text(text).splitlines(True), str(path), f"{path} (new)")
+            sys.stdout.writelines(diff)
+            continue
+        res = ManagedFile(path).write(text, restore_drift=True)
+        if not res.ok:
+            print(f"agentd: could not write {path}: {res.error} (previous file kept)", file=sys.stderr)
+            rc = EXIT_INTERNAL
+        else:
+            print(f"{path}: {res.action}" + (f" (was {res.drift})" if res.drift else ""))
+    return rc
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from agentd import sim
+
+    if args.list:
+        for name, prof in sim.PROFILES.items():
+            print(f"{name}: {getattr(prof, 'description', '')}")
+        print("fault kinds: " + ", ".join(sim.FAULT_KINDS))
+        return EXIT_OK
+    if args.out is None:
+        raise UsageError("--out DIR is required")
+    try:
+        if args.clear_fault or (args.fault and args.profile is None):
+            for spec in args.fault:
+                sim.apply_fault(args.out, spec)
+            for spec in args.clear_fault:
+                sim.clear_fault(args.out, spec)
+            print(f"{args.out}: faults updated")
+            return EXIT_OK
+        if args.profile is None:
+            raise UsageError("--profile is required (see --list)")
+        root = sim.build_tree(args.profile, args.out, faults=args.fault)
+    except (ValueError, KeyError) as e:
+        raise UsageError(str(e)) from None
+    print(f"simulated node '{args.profile}' written to {root}")
+    print(f"  agentd inspect --host-root {root}")
+    return EXIT_OK
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from agentd.service.baseline_store import BaselineError, load_baseline, reset_baseline
+
+    config = load_config(args.config)
+    path = config.paths.baseline
+    if args.baseline_command == "reset":
+        print(f"{path}: {'removed' if reset_baseline(path) else 'no baseline'}")
+        return EXIT_OK
+    try:
+        b = load_baseline(path)
+    except BaselineError as e:
+        raise UsageError(str(e)) from None
+    print(json.dumps(b.model_dump(mode="json"), indent=2) if b is not None else f"{path}: no baseline")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentd.daemon import main_run
+
+    return main_run(args)
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "check": cmd_check,
+    "inspect": cmd_inspect,
+    "render": cmd_render,
+    "simulate": cmd_simulate,
+    "baseline": cmd_baseline,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, UsageError) as e:
+        print(f"agentd: {e}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
