@@ -86,10 +86,14 @@ def _host(config: AgentConfig):
     from agentd.host.fs import HostRoot
 
     root = config.host_root
-    if not root.is_dir():
-        raise UsageError(f"host root {root} is not a directory")
-    if not (root / "sys").is_dir():
-        raise UsageError(f"host root {root} has no sys/ directory (expected sysfs at {root / 'sys'})")
+    try:
+        if not root.is_dir():
+            raise UsageError(f"host root {root} is not a directory")
+        os.listdir(root / "sys")
+    except FileNotFoundError:
+        raise UsageError(f"host root {root} has no sys/ directory (expected sysfs at {root / 'sys'})") from None
+    except OSError as e:
+        raise UsageError(f"host root {root} cannot be read: {e.strerror or e}") from None
     return HostRoot.at(root)
 
 
@@ -265,6 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - exit 1 would read as "degraded" to Slurm/cron
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(f"agentd: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -216,15 +216,14 @@ class Collector:
                 ProbeStatus(name=spec.name, ok=True, duration_s=duration, finished_at=finished, last_success_at=finished, files_read=ctx.files_read),
             )
         else:
+            # The failure itself is on the ProbeStatus (one probe.failed finding); the
+            # previous data and its read errors stay, marked stale.
             data = prev.data if prev is not None else spec.empty
-            errs = prev.errors if prev is not None else ()
-            kind = "timeout" if timed_out else "unreadable"
             detail = f"no answer within {waited:.1f}s" if timed_out else (error or "failed")
-            errs = tuple(e for e in errs if e.path != f"<{spec.name}>") + (ReadError(source=spec.name, path=f"<{spec.name}>", kind=kind, detail=detail),)
             out = ProbeOutput(
                 spec.name,
                 data,
-                errs,
+                prev.errors if prev is not None else (),
                 ProbeStatus(
                     name=spec.name, ok=False, duration_s=waited, finished_at=now, timed_out=timed_out,
                     stale=prev is not None, last_success_at=self._last_ok.get(spec.name), error=detail,

@@ -1,0 +1,205 @@
+"""The Slurm HealthCheckProgram wrapper, run by a POSIX shell against fake curl, agentd and
+scontrol commands that record how they were called."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "packaging" / "slurm" / "agentd-healthcheck"
+SHELL = shutil.which("dash") or "/bin/sh"
+
+CRITICAL = (
+    "critical\n"
+    'critical ib.port.down mlx5_3:1: port state DOWN (expected ACTIVE); "check cable"\n'
+    "critical gdr.unavailable node: nvidia_peermem not loaded\n"
+    "warning mtu.mismatch eth2: MTU 1500, expected 9000\n"
+)
+DRAINED_BY_AGENTD = "NodeName=gpu01 Arch=x86_64\n   State=IDLE+DRAIN ThreadsPerCore=2\n   Reason=agentd: ib.port.down mlx5_3:1: port state DOWN [root@2024-05-01T10:00:00]\n"
+DRAINED_BY_ADMIN = "NodeName=gpu01 Arch=x86_64\n   State=IDLE+DRAIN ThreadsPerCore=2\n   Reason=bad DIMM [alice@2024-05-01T10:00:00]\n"
+IDLE = "NodeName=gpu01 Arch=x86_64\n   State=IDLE ThreadsPerCore=2\n"
+
+FAKE_CURL = """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_LOG/curl"
+[ -n "${FAKE_CURL_SLEEP:-}" ] && exec sleep "$FAKE_CURL_SLEEP"
+[ "${FAKE_CURL_RC:-0}" = 0 ] || { echo "curl: (7) Failed to connect" >&2; exit "$FAKE_CURL_RC"; }
+printf '%s\\n%s' "$FAKE_CURL_BODY" "$FAKE_CURL_CODE"
+"""
+FAKE_AGENTD = """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_LOG/agentd"
+printf '%s' "${FAKE_CHECK_BODY:-}"
+exit "${FAKE_CHECK_RC:-3}"
+"""
+FAKE_SCONTROL = """#!/bin/sh
+if [ "$1" = show ]; then printf '%s' "${FAKE_SHOW:-}"; exit 0; fi
+for a in "$@"; do printf '%s\\n' "$a"; done > "$FAKE_LOG/update.$$"
+cat "$FAKE_LOG/update.$$" >> "$FAKE_LOG/updates"; echo "--" >> "$FAKE_LOG/updates"
+"""
+FAKE_LOGGER = """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_LOG/logger"
+"""
+
+
+@dataclass
+class Result:
+    rc: int
+    updates: list[list[str]]
+    curl_calls: list[str]
+    agentd_calls: list[str]
+    log: str
+
+
+@pytest.fixture
+def run(tmp_path: Path):
+    bindir = tmp_path / "bin"
+    logdir = tmp_path / "log"
+    bindir.mkdir()
+    logdir.mkdir()
+    for name, text in (("curl", FAKE_CURL), ("agentd", FAKE_AGENTD), ("scontrol", FAKE_SCONTROL), ("logger", FAKE_LOGGER)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+
+    def _run(*, body: str = "", code: int = 200, curl_rc: int = 0, check_body: str = "", check_rc: int = 3, show: str = IDLE, **env: str) -> Result:
+        environ = {
+            "PATH": f"{bindir}:/usr/bin:/bin",
+            "FAKE_LOG": str(logdir),
+            "FAKE_CURL_BODY": body,
+            "FAKE_CURL_CODE": str(code),
+            "FAKE_CURL_RC": str(curl_rc),
+            "FAKE_CHECK_BODY": check_body,
+            "FAKE_CHECK_RC": str(check_rc),
+            "FAKE_SHOW": show,
+            "AGENTD_NODENAME": "gpu01",
+            **env,
+        }
+        for f in logdir.iterdir():
+            f.unlink()
+        proc = subprocess.run([SHELL, str(SCRIPT)], env=environ, capture_output=True, text=True, timeout=120)
+        raw = (logdir / "updates").read_text() if (logdir / "updates").exists() else ""
+        updates = [block.strip("\n").split("\n") for block in raw.split("--\n") if block.strip()]
+        read = lambda n: (logdir / n).read_text().splitlines() if (logdir / n).exists() else []  # noqa: E731
+        return Result(proc.returncode, updates, read("curl"), read("agentd"), proc.stderr)
+
+    return _run
+
+
+def test_script_is_executable_posix_sh() -> None:
+    assert SCRIPT.read_text().startswith("#!/bin/sh\n")
+    assert os.access(SCRIPT, os.X_OK)
+    subprocess.run([SHELL, "-n", str(SCRIPT)], check=True)
+
+
+def test_critical_drains_with_first_critical_finding(run) -> None:
+    r = run(body=CRITICAL, code=503)
+    assert r.rc == 2
+    assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_3:1: port state DOWN (expected ACTIVE); check cable (+1 more)"]]
+    assert "/health?format=text" in r.curl_calls[0] and "--max-time" in r.curl_calls[0]
+    assert r.agentd_calls == []  # the daemon answered: no one-shot collection
+
+
+def test_reason_is_truncated_and_keeps_the_count(run) -> None:
+    body = "critical\ncritical pcie.link.downtrained 0000:1b:00.0: " + "x" * 500 + "\ncritical ib.port.down mlx5_0:1: down\n"
+    r = run(body=body, code=503, AGENTD_REASON_MAX="80")
+    reason = r.updates[0][3]
+    assert reason.startswith("Reason=agentd: pcie.link.downtrained 0000:1b:00.0: xxx")
+    assert reason.endswith("x (+1 more)")
+    assert len(reason) - len("Reason=") <= 80
+
+
+def test_ok_resumes_a_node_agentd_drained(run) -> None:
+    r = run(body="ok\n", code=200, show=DRAINED_BY_AGENTD)
+    assert r.rc == 0
+    assert r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
+
+
+def test_degraded_also_resumes_agentd_drain(run) -> None:
+    r = run(body="degraded\nwarning mtu.mismatch eth2: MTU 1500\n", code=200, show=DRAINED_BY_AGENTD)
+    assert r.rc == 1
+    assert r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
+
+
+def test_ok_never_resumes_someone_elses_drain(run) -> None:
+    r = run(body="ok\n", code=200, show=DRAINED_BY_ADMIN)
+    assert r.rc == 0 and r.updates == []
+
+
+def test_critical_leaves_an_admin_drain_and_its_reason_alone(run) -> None:
+    r = run(body=CRITICAL, code=503, show=DRAINED_BY_ADMIN)
+    assert r.rc == 2 and r.updates == []
+    assert "left alone" in r.log
+
+
+def test_same_agentd_drain_is_not_repeated(run) -> None:
+    body = "critical\ncritical ib.port.down mlx5_3:1: port state DOWN\n"
+    r = run(body=body, code=503, show=DRAINED_BY_AGENTD)
+    assert r.rc == 2 and r.updates == []
+    # A different critical finding updates agentd's own reason.
+    r = run(body="critical\ncritical nvlink.link.down gpu3: link 4 down\n", code=503, show=DRAINED_BY_AGENTD)
+    assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: nvlink.link.down gpu3: link 4 down"]]
+
+
+def test_ok_on_a_healthy_node_changes_nothing(run) -> None:
+    r = run(body="ok\n", code=200, show=IDLE)
+    assert r.rc == 0 and r.updates == []
+
+
+def test_daemon_down_falls_back_to_agentd_check(run) -> None:
+    r = run(curl_rc=7, check_body="critical\ncritical inventory.gpu.missing gpu7: 7 of 8 GPUs\n", check_rc=2)
+    assert r.agentd_calls == ["check --format text"]
+    assert r.rc == 2
+    assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: inventory.gpu.missing gpu7: 7 of 8 GPUs"]]
+
+
+def test_stale_daemon_data_falls_back_to_agentd_check(run) -> None:
+    r = run(body="stale\n", code=503, check_body="ok\n", check_rc=0, show=DRAINED_BY_AGENTD)
+    assert r.agentd_calls == ["check --format text"]
+    assert r.rc == 0 and r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
+
+
+def test_unknown_health_changes_nothing(run) -> None:
+    r = run(curl_rc=7, check_rc=3, show=DRAINED_BY_AGENTD)
+    assert r.rc == 3 and r.updates == []
+    assert "unknown" in r.log
+
+
+def test_no_curl_uses_agentd_check(run, tmp_path: Path) -> None:
+    (tmp_path / "bin" / "curl").unlink()
+    r = run(check_body="degraded\nwarning x y: z\n", check_rc=1)
+    assert r.rc == 1 and r.agentd_calls == ["check --format text"] and r.updates == []
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="coreutils timeout not installed")
+def test_hanging_daemon_query_is_cut_off(run) -> None:
+    # curl that ignores its own --max-time: the wrapper's time limit ends it, then the
+    # fallback runs. (The subprocess timeout in `run` is only a guard.)
+    r = run(FAKE_CURL_SLEEP="300", check_body="ok\n", check_rc=0)
+    assert r.rc == 0 and r.agentd_calls == ["check --format text"]
+
+
+STALE_ONLY = "critical\ncritical agentd.data.stale nvml: probe nvml last succeeded 95.0 s ago (limit 90.0 s)\n"
+
+
+def test_critical_only_from_stale_data_asks_agentd_check(run) -> None:
+    r = run(body=STALE_ONLY, code=503, check_body="ok\n", check_rc=0, show=IDLE)
+    assert r.agentd_calls == ["check --format text"]
+    assert r.rc == 0 and r.updates == []
+
+
+def test_stale_finding_is_never_the_drain_reason(run) -> None:
+    body = STALE_ONLY + "critical ib.port.down mlx5_3:1: port state DOWN\n"
+    r = run(body=body, code=503)
+    assert r.agentd_calls == []
+    assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_3:1: port state DOWN"]]
+
+
+def test_starting_daemon_asks_agentd_check(run) -> None:
+    body = "starting\ncritical agentd.starting node: first collection not finished yet\n"
+    r = run(body=body, code=503, check_body="critical\ncritical ib.port.down mlx5_0:1: down\n", check_rc=2)
+    assert r.agentd_calls == ["check --format text"]
+    assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_0:1: down"]]

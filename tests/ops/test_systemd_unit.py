@@ -1,0 +1,182 @@
+"""The systemd unit, its drop-in examples and the packaged config.
+
+`systemd-analyze verify` insists that ExecStart= names an existing executable, so the
+unit is copied to a temp directory with ExecStart rewritten to this checkout's
+.venv/bin/agentd (or /bin/true when there is none); nothing else changes.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agentd.config import AgentConfig, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEMD = REPO / "systemd"
+UNIT = SYSTEMD / "agentd.service"
+EXAMPLE_CONFIG = SYSTEMD / "agentd.toml.example"
+DROPINS = sorted(SYSTEMD.glob("agentd-*.conf.example"))
+ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (Debian package: systemd)")
+MAX_EXPOSURE = 2.0
+
+
+def _unit_lines(path: Path) -> list[tuple[str, str]]:
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            key, _, value = line.partition("=")
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+def _settings(path: Path) -> dict[str, list[str]]:
+    d: dict[str, list[str]] = {}
+    for k, v in _unit_lines(path):
+        d.setdefault(k, []).append(v)
+    return d
+
+
+def _install(tmp_path: Path, dropins: list[Path] = ()) -> Path:
+    exe = REPO / ".venv" / "bin" / "agentd"
+    exe_path = str(exe) if exe.exists() else "/bin/true"
+    text = re.sub(r"^ExecStart=/usr/bin/agentd", f"ExecStart={exe_path}", UNIT.read_text(), flags=re.M)
+    assert text != UNIT.read_text()
+    unit = tmp_path / "agentd.service"
+    unit.write_text(text)
+    if dropins:
+        d = tmp_path / "agentd.service.d"
+        d.mkdir()
+        for p in dropins:
+            shutil.copy(p, d / p.name.replace("agentd-", "").replace(".example", ""))
+    return unit
+
+
+def _exposure(unit: Path) -> float:
+    proc = subprocess.run([ANALYZE, "security", "--offline=yes", "--no-pager", str(unit)], capture_output=True, text=True)
+    m = re.search(r"Overall exposure level for agentd\.service: (\d+\.\d+)", proc.stdout)
+    assert m, proc.stdout + proc.stderr
+    return float(m.group(1))
+
+
+@needs_analyze
+def test_security_exposure_within_threshold(tmp_path: Path) -> None:
+    unit = _install(tmp_path)
+    proc = subprocess.run([ANALYZE, "security", "--offline=yes", "--threshold=20", "--no-pager", str(unit)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    score = _exposure(unit)
+    print(f"systemd-analyze security exposure: {score}")
+    assert score <= MAX_EXPOSURE
+
+
+@needs_analyze
+@pytest.mark.parametrize("dropins", [[], *([p] for p in DROPINS), DROPINS], ids=["unit", *(p.name for p in DROPINS), "all"])
+def test_verify_is_clean(tmp_path: Path, dropins: list[Path]) -> None:
+    unit = _install(tmp_path, dropins)
+    proc = subprocess.run([ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
+
+
+@needs_analyze
+@pytest.mark.parametrize("dropin", DROPINS, ids=lambda p: p.name)
+def test_drop_ins_keep_exposure_within_threshold(tmp_path: Path, dropin: Path) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "with").mkdir()
+    base = _exposure(_install(tmp_path / "base"))
+    with_dropin = _exposure(_install(tmp_path / "with", [dropin]))
+    print(f"{dropin.name}: exposure {base} -> {with_dropin}")
+    assert base <= with_dropin <= MAX_EXPOSURE
+
+
+def test_unit_contract() -> None:
+    s = _settings(UNIT)
+    one = {k: v[-1] for k, v in s.items()}
+    assert one["Type"] == "notify" and one["NotifyAccess"] == "main"
+    assert one["ExecStart"] == "/usr/bin/agentd run"  # the deb and rpm launcher
+    assert one["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert one["Restart"] == "on-failure" and one["WatchdogSec"] == "30s"
+    assert one["User"] == one["Group"] == "agentd" and "DynamicUser" not in one
+    assert one["ProtectSystem"] == "strict" and one["StateDirectory"] == "agentd"
+    assert s["ReadWritePaths"] == ["/etc/nccl"]
+    assert one["CapabilityBoundingSet"] == "" and one["AmbientCapabilities"] == ""
+    assert one["NoNewPrivileges"] == "yes"
+    assert set(one["RestrictAddressFamilies"].split()) == {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
+    assert one["UMask"] == "0022"  # NCCL files must be readable by every job
+    assert one["IPAddressDeny"] == "any" and one["IPAddressAllow"] == "localhost"
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment]
+    parser.read_string(UNIT.read_text())
+    assert parser.sections() == ["Unit", "Service", "Install"]
+    assert parser["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_acs_dropin_grants_only_cap_sys_admin_outside_userns() -> None:
+    s = {k: v[-1] for k, v in _settings(SYSTEMD / "agentd-acs.conf.example").items()}
+    assert s == {"AmbientCapabilities": "CAP_SYS_ADMIN", "CapabilityBoundingSet": "CAP_SYS_ADMIN", "PrivateUsers": "no"}
+
+
+def test_listen_dropin_matches_config_syntax() -> None:
+    s = _settings(SYSTEMD / "agentd-listen.conf.example")
+    envs = dict(e.split("=", 1) for e in s["Environment"])
+    cfg = load_config(EXAMPLE_CONFIG, environ=envs)
+    assert cfg.listen == "0.0.0.0:9478"
+    assert s["IPAddressAllow"] and "any" not in s["IPAddressAllow"]
+
+
+def test_example_config_loads_and_writes_only_where_the_unit_allows() -> None:
+    cfg = load_config(EXAMPLE_CONFIG, environ={})
+    writable = [Path(p) for p in _settings(UNIT)["ReadWritePaths"]] + [Path("/var/lib") / _settings(UNIT)["StateDirectory"][0]]
+    for path in (cfg.paths.nccl_env, cfg.paths.nccl_conf, cfg.paths.nccl_topo, cfg.paths.baseline, cfg.paths.state_dir / "x"):
+        assert any(path.parent == w or w in path.parents for w in writable), f"{path} is not writable under the unit's sandbox"
+    # Everything else is at its default: the file documents, it does not configure.
+    defaults = AgentConfig().model_dump()
+    got = cfg.model_dump()
+    got["paths"].update({k: defaults["paths"][k] for k in ("nccl_env", "nccl_conf")})
+    assert got == defaults
+
+
+def _keys(model: type, prefix: str = "") -> list[str]:
+    out = []
+    for name, field in model.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        if hasattr(type(default), "model_fields"):
+            out += _keys(type(default), f"{prefix}{name}.")
+        else:
+            out.append(prefix + name)
+    return out
+
+
+def test_example_config_documents_every_setting() -> None:
+    """Every key of AgentConfig appears (commented or not) under its section, so the
+    example cannot silently fall behind the models."""
+    section = ""
+    seen: set[str] = set()
+    for raw in EXAMPLE_CONFIG.read_text().splitlines():
+        line = raw.lstrip("#").strip()
+        if m := re.fullmatch(r"\[([a-z_.]+)\].*", line):
+            parts = m.group(1).split(".")
+            section = parts[0] + "."
+            seen.add(".".join(parts[:2]))  # [nccl.overrides], [thresholds.counters]: dict-valued keys
+        elif m := re.match(r"([a-z_]+)\s*=", line):
+            seen.add(section + m.group(1))
+    seen |= {k.removeprefix(".") for k in seen}
+    missing = [k for k in _keys(AgentConfig) if k not in seen]
+    assert missing == []
+
+
+@needs_analyze
+def test_verify_would_report_a_broken_drop_in(tmp_path: Path) -> None:
+    """Control for test_verify_is_clean: drop-ins beside the copied unit are read."""
+    bad = tmp_path / "agentd-bad.conf.example"
+    bad.write_text("[Service]\nProtectSytem=strict\n")
+    (tmp_path / "u").mkdir()
+    unit = _install(tmp_path / "u", [bad])
+    proc = subprocess.run([ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True)
+    assert "ProtectSytem" in proc.stdout + proc.stderr
