@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear-fault", action="append", default=[], metavar="SPEC", help="undo a fault in an existing root given by --out")
     p.add_argument("--list", action="store_true", help="list profiles and fault kinds")
 
+    from agentd.bench.cli import add_bench_parser
+
+    add_bench_parser(sub)
+
     p = sub.add_parser("baseline", help="manage the inventory baseline")
     bsub = p.add_subparsers(dest="baseline_command", required=True)
     b = bsub.add_parser("reset", help="forget the baseline; the next healthy collection becomes the new one")
@@ -241,6 +245,12 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from agentd.bench.cli import cmd_bench as bench
+
+    return bench(args)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from agentd.daemon import main_run
 
@@ -254,6 +264,7 @@ COMMANDS = {
     "render": cmd_render,
     "simulate": cmd_simulate,
     "baseline": cmd_baseline,
+    "bench": cmd_bench,
 }
 
 

@@ -66,6 +66,9 @@ class SimNvml(NvmlInfo):
     available: bool = True  # the file's presence means NVML answers
     hang_s: float | None = Field(default=None, ge=0)
     init_error: str | None = None
+    # Processes using the GPUs ({"gpu": int, "pid": int, "name"?: str,
+    # "used_memory_bytes"?: int}); read by `agentd bench nccl`'s idle check.
+    processes: list[dict[str, Any]] = Field(default_factory=list)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -114,7 +117,7 @@ def _read_sim(ctx: ReadContext) -> NvmlInfo:
         _sleep(sim.hang_s)
     if sim.init_error is not None:
         return NvmlInfo(available=False, error=sim.init_error)
-    return NvmlInfo.model_validate(sim.model_dump(exclude={"hang_s", "init_error"}))
+    return NvmlInfo.model_validate(sim.model_dump(exclude={"hang_s", "init_error", "processes"}))
 
 
 # ---------------------------------------------------------------------------
