@@ -1,0 +1,132 @@
+"""Expected values and the managed-file writes of the daemon pipeline."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+import svc_fixtures as fixtures
+from agentd.config import AgentConfig
+from agentd.roles import HcaRoles
+from agentd.service.pipeline import Evaluation, Evaluator, FileKeeper, expected_values, planned_files
+from agentd.service.state import Expected
+
+ROLES = HcaRoles(("mlx5_0", "mlx5_1"), (), "config")
+
+
+def ev(env_sh="export NCCL_IB_HCA==mlx5_0:1\n", topo="<system/>\n", problems=()):
+    render = SimpleNamespace(env_sh=env_sh, env_conf="NCCL_IB_HCA==mlx5_0:1\n", topo_xml=topo)
+    return Evaluation(findings=(), status="ok", roles=ROLES, expected=Expected(), render=render, nccl_problems=tuple(problems))
+
+
+def cfg(tmp_path, **nccl):
+    return AgentConfig(paths={"nccl_env": str(tmp_path / "nccl.env"), "nccl_conf": str(tmp_path / "nccl.conf"),
+                              "nccl_topo": str(tmp_path / "topo.xml")}, nccl=nccl)
+
+
+def test_expected_values_follow_config_then_inference():
+    snap = fixtures.snapshot()
+    e = expected_values(snap, ROLES, AgentConfig())
+    assert e.port_rate_gbps[("mlx5_0", 1)] == 400.0 and e.port_width[("mlx5_0", 1)] == 4
+    assert e.netdev_mtu == {"ens1np0": 9000}  # RoCE port of a compute HCA
+    e = expected_values(snap, ROLES, AgentConfig(expect={"rate_gbps": 200, "width": 2, "ipoib_mtu": 2044}))
+    assert e.port_rate_gbps[("mlx5_0", 1)] == 200 and e.port_width[("mlx5_1", 1)] == 2
+    assert e.netdev_mtu["ibp27s0"] == 2044
+
+
+def test_planned_files_follow_config(tmp_path):
+    assert [n for n, _, _ in planned_files(ev(), cfg(tmp_path))] == ["nccl.env", "topo.xml"]
+    assert [n for n, _, _ in planned_files(ev(), cfg(tmp_path, write_conf=True, write_topo=False))] == ["nccl.env", "nccl.conf"]
+    assert planned_files(ev(), cfg(tmp_path, enabled=False)) == []
+
+
+def test_written_once_then_only_on_change(tmp_path):
+    k, c = FileKeeper(), cfg(tmp_path)
+    st = {s.name: s for s in k.write(ev(), c)}
+    assert st["nccl.env"].changed and st["nccl.env"].ok and st["nccl.env"].last_write_at
+    assert (tmp_path / "nccl.env").read_text().startswith("export NCCL_IB_HCA==mlx5_0:1")
+    st = {s.name: s for s in k.write(ev(), c)}
+    assert not st["nccl.env"].changed
+    st = {s.name: s for s in k.write(ev(env_sh="export NCCL_IB_HCA==mlx5_1:1\n"), c)}
+    assert st["nccl.env"].changed and "mlx5_1" in (tmp_path / "nccl.env").read_text()
+
+
+def test_render_problems_write_nothing_and_are_reported(tmp_path):
+    k, c = FileKeeper(), cfg(tmp_path)
+    k.write(ev(), c)
+    before = (tmp_path / "nccl.env").read_bytes()
+    st = {s.name: s for s in k.write(ev(env_sh="export X=1\n", problems=["NCCL_IB_HCA would be empty"]), c)}
+    assert not st["nccl.env"].ok and "NCCL_IB_HCA would be empty" in st["nccl.env"].error
+    assert (tmp_path / "nccl.env").read_bytes() == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_failed_write_keeps_the_old_file_and_counts(tmp_path):
+    k, c = FileKeeper(), cfg(tmp_path)
+    k.write(ev(), c)
+    before = (tmp_path / "nccl.env").read_bytes()
+    os.chmod(tmp_path, 0o555)
+    try:
+        st = {s.name: s for s in k.write(ev(env_sh="export NCCL_IB_HCA==mlx5_1:1\n"), c)}
+    finally:
+        os.chmod(tmp_path, 0o755)
+    assert not st["nccl.env"].ok and st["nccl.env"].failures_total == 1 and st["nccl.env"].error
+    assert (tmp_path / "nccl.env").read_bytes() == before
+
+
+def test_failed_write_to_an_impossible_path(tmp_path):
+    (tmp_path / "file").write_text("x")
+    c = AgentConfig(paths={"nccl_env": str(tmp_path / "file" / "nccl.env"), "nccl_topo": str(tmp_path / "topo.xml")})
+    st = {s.name: s for s in FileKeeper().write(ev(), c)}
+    assert not st["nccl.env"].ok and st["nccl.env"].failures_total == 1
+
+
+def test_drift_is_detected_and_restored(tmp_path):
+    k, c = FileKeeper(), cfg(tmp_path)
+    k.write(ev(), c)
+    p = tmp_path / "nccl.env"
+    p.write_text(p.read_text().replace("mlx5_0", "mlx5_9"))
+    st = {s.name: s for s in k.write(ev(), c)}
+    assert st["nccl.env"].drift_total == 1 and st["nccl.env"].changed
+    assert "mlx5_0" in p.read_text()
+
+
+def test_evaluator_reuses_the_last_evaluation_only_for_identical_inputs():
+    from agentd.service.history import share
+
+    calls = []
+
+    def fn(snap, hist, config, baseline):
+        calls.append(snap.taken_at)
+        return ev()
+
+    e, c = Evaluator(fn), AgentConfig()
+    a = fixtures.snapshot(0.0)
+    e(a, (), c, None, refresh_s=60)
+    b = share(a, fixtures.snapshot(2.0))  # same content: shared parts
+    e(b, (a,), c, None, refresh_s=60)
+    assert calls == [0.0] and e.hits == 1
+    e(b, (a,), c, None, refresh_s=0)  # too old: evaluated again
+    assert calls == [0.0, 2.0]
+    changed = share(b, fixtures.snapshot(4.0, netdevs=fixtures.snapshot().netdevs[:1]))
+    e(changed, (a, b), c, None, refresh_s=60)
+    assert calls[-1] == 4.0
+    e(changed, (a, b), AgentConfig(), None, refresh_s=60)  # another config object
+    assert len(calls) == 4
+
+
+def test_nfd_labels_written_on_change_and_kept_alive(tmp_path):
+    from agentd.service.pipeline import NfdKeeper
+
+    path = tmp_path / "features.d" / "agentd"
+    c = AgentConfig(paths={"nfd_features": str(path)})
+    k, snap = NfdKeeper(), fixtures.snapshot()
+    st = k.write(snap, ev(), "ok", c, 1000.0)
+    assert st.ok and st.changed and "agentd.io/fabric-health=ok" in path.read_text()
+    assert not k.write(snap, ev(), "ok", c, 1001.0).changed  # same labels, expiry far away
+    assert k.write(snap, ev(), "critical", c, 1002.0).changed
+    assert "fabric-health=critical" in path.read_text()
+    assert k.write(snap, ev(), "critical", c, 1002.0 + 3600).changed  # refreshed before expiry
+    assert NfdKeeper().write(snap, ev(), "ok", AgentConfig(), 0.0) is None
