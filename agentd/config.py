@@ -212,6 +212,17 @@ class AgentConfig(Section):
         return v
 
 
+def host_visible_path(path: Path, host_root: Path) -> str:
+    """The path as processes on the node see it. In a container whose host root is /host,
+    agentd writes /host/etc/nccl/topo.xml, which the node's jobs open as
+    /etc/nccl/topo.xml: that is what NCCL_TOPO_FILE must say."""
+    root = str(host_root).rstrip("/")
+    p = str(path)
+    if root and p.startswith(root + "/"):
+        return p[len(root) :]
+    return p
+
+
 def _format_validation_error(err: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for e in err.errors():

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import EllipsisType
 
-from agentd.config import AgentConfig
+from agentd.config import AgentConfig, host_visible_path
 from agentd.model import Finding, NodeSnapshot
 from agentd.nccl.env import derive_env, render_env_conf, render_env_sh
 from agentd.nccl.envfile import read_docker_env_file, read_nccl_conf, read_systemd_env_file
@@ -84,7 +84,7 @@ def render_all(
                 notes.append(f"topology XML not written: it fails the NCCL-rule check ({len(issues)} problems)")
             else:
                 topo_xml = topo.xml
-    target = str(config.paths.nccl_topo) if topo_path is ... else topo_path
+    target = host_visible_path(config.paths.nccl_topo, config.host_root) if topo_path is ... else topo_path
     env = derive_env(snapshot, findings, config, topo_path=target if topo_xml is not None else None, roles=roles)
     problems = list(env.problems)
     notes += env.notes

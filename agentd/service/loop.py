@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from agentd.config import AgentConfig, ConfigError, load_config
+from agentd.model import sort_findings
 from agentd.host.fs import HostRoot
 from agentd.host.runner import Lane, await_future
 from agentd.service import pipeline
@@ -150,7 +151,9 @@ class Daemon:
                 tiers=tuple(self._tier_runs[t] for t in (*TIERS, "all", "event") if t in self._tier_runs),
                 reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active, process=process_stats(),
             )
-            findings, _ = with_staleness(ev.findings, state, now)
+            extra = pipeline.output_findings(ev, files)
+            base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
+            findings, _ = with_staleness(base, state, now)
             if findings is not ev.findings:
                 state = dataclasses.replace(state, findings=findings)
             await asyncio.to_thread(state.metrics_bytes)  # rendered once, off the loop thread

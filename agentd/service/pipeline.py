@@ -97,6 +97,41 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
     return replace(ev, render=r, nccl_env=tuple((str(k), str(v)) for k, v in items), nccl_problems=tuple(r.problems))
 
 
+def output_findings(ev: Evaluation, files: Sequence[FileStatus]) -> list[Finding]:
+    """Findings about what agentd writes for others (pure): a workload on this node may be
+    running with an outdated NCCL file, so it shows in /health (as a warning: the node
+    itself may be fine) and not only in metrics."""
+    out: list[Finding] = []
+    for f in files:
+        if not f.ok:
+            out.append(Finding(
+                code="nccl.file.write_failed", severity="warning", subject=f.name,
+                message=f"cannot write {f.path}: {f.error or 'unknown error'}; the previous file is kept and the write is retried every cycle ({f.failures_total} failures so far)",
+                remediation="check the filesystem (full, read-only, permissions) of the path; with the packaged unit only /etc/nccl is writable",
+                measured=f.failures_total,
+            ))
+        if f.drift:
+            out.append(Finding(
+                code="nccl.file.drift", severity="warning", subject=f.name,
+                message=f"{f.path} was changed by someone else and is not restored (nccl.restore_drift is off)",
+                remediation="move local NCCL settings into nccl.overrides in agentd's config, or set nccl.restore_drift = true",
+            ))
+    if ev.nccl_problems:
+        out.append(Finding(
+            code="nccl.render.invalid", severity="warning", subject="nccl",
+            message="NCCL files not updated, the rendered values fail validation: " + "; ".join(ev.nccl_problems)[:400],
+            remediation="fix the nccl.* settings named in the message (agentd check --format json shows them)",
+        ))
+    topo_problems = getattr(ev.render, "topo_problems", ()) if ev.render is not None else ()
+    if topo_problems:
+        out.append(Finding(
+            code="nccl.topo.invalid", severity="warning", subject="nccl",
+            message=f"topology XML not written, it fails NCCL's parser rules ({len(topo_problems)} problems): {topo_problems[0]}",
+            remediation="report this with `agentd inspect --format json`; NCCL falls back to its own detection meanwhile (NCCL_TOPO_FILE is left out)",
+        ))
+    return out
+
+
 _CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "read_errors")
 
 

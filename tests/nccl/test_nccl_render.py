@@ -2,6 +2,7 @@
 
 from nccl_fixtures import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, with_port
 
+from agentd.config import AgentConfig
 from agentd.model import Hca
 from agentd.nccl import NcclRender, render_all
 from agentd.nccl.envfile import read_nccl_conf
@@ -97,3 +98,13 @@ def test_topo_path_argument_for_out_dir_renders():
     assert r.env.get("NCCL_TOPO_FILE") == "/tmp/out/nccl-topo.xml" and r.topo_xml is not None
     r = render_all(snap, [], cfg, roles_for(snap), topo_path=None)
     assert "NCCL_TOPO_FILE" not in r.env
+
+
+def test_topo_file_is_named_as_the_node_sees_it_when_agentd_runs_in_a_container():
+    snap = ib_node()
+    cfg = AgentConfig.model_validate({"host_root": "/host", "paths": {"nccl_topo": "/host/etc/nccl/topo.xml"}})
+    r = render_all(snap, [], cfg, roles_for(snap, cfg))
+    assert r.topo_xml is not None
+    assert r.env.get("NCCL_TOPO_FILE") == "/etc/nccl/topo.xml"
+    plain = render_all(snap, [], config(), roles_for(snap))
+    assert plain.env.get("NCCL_TOPO_FILE") == "/etc/nccl/topo.xml"
