@@ -23,6 +23,7 @@ from agentd.model import sort_findings
 from agentd.host.fs import HostRoot
 from agentd.host.runner import Lane, await_future
 from agentd.service import pipeline
+from agentd.service.bench_schedule import BenchScheduler
 from agentd.service.events import UdevWatcher
 from agentd.service.history import History, share
 from agentd.service.http import build_app, start_server, web_options
@@ -71,6 +72,7 @@ class Daemon:
         self.started_at = time.time()
         self._state = State(seq=0, generated_at=self.started_at, started_at=self.started_at, config=config, stale_limits=self.stale_limits(config))
         self._write_lane = Lane("writer")
+        self.bench = BenchScheduler()
         self._tier_runs: dict[str, TierRun] = {}
         self._start_mono = self._heartbeat_mono = time.monotonic()
         self._last_cycle_mono: float | None = None
@@ -150,8 +152,9 @@ class Daemon:
                 expected=ev.expected, files=files, nccl_env=ev.nccl_env, nccl_problems=ev.nccl_problems,
                 tiers=tuple(self._tier_runs[t] for t in (*TIERS, "all", "event") if t in self._tier_runs),
                 reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active, process=process_stats(),
+                bench=self.bench.outcome,
             )
-            extra = pipeline.output_findings(ev, files)
+            extra = [*pipeline.output_findings(ev, files), *self.bench.findings()]
             base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
             findings, _ = with_staleness(base, state, now)
             if findings is not ev.findings:
@@ -326,7 +329,11 @@ class Daemon:
         self.baseline = self._load_baseline(cfg)
         if self.host.is_live:
             self.udev.start(loop)
-        self._tasks = [asyncio.create_task(self._heartbeat(), name="agentd-heartbeat"), asyncio.create_task(self._startup(), name="agentd-startup")]
+        self._tasks = [
+            asyncio.create_task(self._heartbeat(), name="agentd-heartbeat"),
+            asyncio.create_task(self._startup(), name="agentd-startup"),
+            asyncio.create_task(self.bench.run_forever(self), name="agentd-bench"),
+        ]
         try:
             await self._stop.wait()
         finally:

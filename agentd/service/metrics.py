@@ -115,12 +115,13 @@ class Exposition:
 
 
 def _areas() -> list[tuple[tuple[Family, ...], Callable[[Exposition, "State"], None]]]:
-    from agentd.service import metrics_agent, metrics_fabric, metrics_node
+    from agentd.service import metrics_agent, metrics_bench, metrics_fabric, metrics_node
 
     return [
         (metrics_agent.FAMILIES, metrics_agent.render),
         (metrics_fabric.FAMILIES, metrics_fabric.render),
         (metrics_node.FAMILIES, metrics_node.render),
+        (metrics_bench.FAMILIES, metrics_bench.render),
     ]
 
 

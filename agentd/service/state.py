@@ -88,6 +88,7 @@ class State:
     udev_events: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (subsystem, action) -> count
     udev_active: bool = False
     process: Mapping[str, float] = field(default_factory=dict)  # self stats sampled at build time
+    bench: Any = None  # agentd.bench.job.BenchOutcome of the last scheduled NCCL benchmark
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
