@@ -13,6 +13,7 @@ HCA model and link layer.
 from __future__ import annotations
 
 from agentd.checks.common import CheckInput, earlier, finding, fmt, port_subject
+from agentd.config import Expectations
 from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
 from agentd.roles import HcaRoles
 
@@ -63,6 +64,24 @@ def _inferred(snap: NodeSnapshot, roles: HcaRoles) -> dict[tuple[bool, str, str]
             if p.width is not None:
                 width = max(width or 0, p.width)
             out[key] = (rate, width, n + 1)
+    return out
+
+
+def expected_port_values(snap: NodeSnapshot, roles: HcaRoles, expect: Expectations) -> dict[tuple[str, int], tuple[float | None, int | None]]:
+    """(hca, port) -> (expected rate Gb/s, expected width) as the port checks judge them:
+    config values for compute ports, else the best ACTIVE value of the port's (role,
+    model, link layer) group. The daemon exports these as ``..._expected`` gauges."""
+    inferred = _inferred(snap, roles)
+    out: dict[tuple[str, int], tuple[float | None, int | None]] = {}
+    for h in snap.hcas:
+        compute = roles.is_compute(h.name)
+        for p in h.ports:
+            rate, width, _ = inferred.get(_group(roles, h, p), (None, None, 0))
+            if compute and expect.rate_gbps:
+                rate = expect.rate_gbps
+            if compute and expect.width:
+                width = expect.width
+            out[(h.name, p.port)] = (rate, width)
     return out
 
 

@@ -34,37 +34,25 @@ class Evaluation:
 
 
 def expected_values(snap: NodeSnapshot, roles: HcaRoles, config: AgentConfig) -> Expected:
-    """The same expectations the checks apply (agentd.checks.ib / mtu): compute ports get
-    expect.rate_gbps/width when set, else every port gets the best value among the ACTIVE
-    ports of its (role, HCA model, link layer) group."""
-    best: dict[tuple[bool, str, str], tuple[float | None, int | None]] = {}
-    for h in snap.hcas:
-        for p in h.ports:
-            if not p.is_active:
-                continue
-            key = (roles.is_compute(h.name), h.hca_type or "?", p.link_layer or "?")
-            rate, width = best.get(key, (None, None))
-            if p.rate_gbps:
-                rate = max(rate or 0.0, p.rate_gbps)
-            if p.width is not None:
-                width = max(width or 0, p.width)
-            best[key] = (rate, width)
+    """The expectations the checks apply, exported beside the measured values: port rate
+    and width from agentd.checks.ib (one definition for both), MTU per agentd.checks.mtu's
+    rule (RoCE compute netdevs: expect.roce_mtu; IPoIB only when expect.ipoib_mtu is set)."""
+    from agentd.checks.ib import expected_port_values
+
     rates: dict[tuple[str, int], float] = {}
     widths: dict[tuple[str, int], int] = {}
+    for key, (rate, width) in expected_port_values(snap, roles, config.expect).items():
+        if rate:
+            rates[key] = rate
+        if width:
+            widths[key] = width
     mtus: dict[str, int] = {}
     exp = config.expect
     for h in snap.hcas:
-        compute = roles.is_compute(h.name)
-        for p in h.ports:
-            rate, width = best.get((compute, h.hca_type or "?", p.link_layer or "?"), (None, None))
-            rate = exp.rate_gbps if compute and exp.rate_gbps else rate
-            width = exp.width if compute and exp.width else width
-            if rate:
-                rates[(h.name, p.port)] = rate
-            if width:
-                widths[(h.name, p.port)] = width
-            if compute and p.link_layer == "Ethernet" and p.netdev:
-                mtus[p.netdev] = exp.roce_mtu
+        if roles.is_compute(h.name):
+            for p in h.ports:
+                if p.link_layer == "Ethernet" and p.netdev:
+                    mtus[p.netdev] = exp.roce_mtu
     if exp.ipoib_mtu is not None:
         for nd in snap.netdevs:
             if nd.link_layer == "InfiniBand":
