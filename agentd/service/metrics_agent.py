@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 G, C = "gauge", "counter"
 FAMILIES: tuple[Family, ...] = (
     Family("agentd_build_info", G, "agentd version and Python version (value 1).", ("version", "python")),
+    Family("agentd_node_info", G, "The node as agentd reads it (value 1): hostname (node_exporter's nodename), kernel release, architecture, virtualization (empty on bare metal).", ("nodename", "kernel_release", "arch", "virtualization")),
     Family("agentd_ready", G, "1 once the first full collection has completed (/readyz).", ()),
     Family("agentd_health_status", G, "Overall node health as /health judges it: 0 ok, 1 degraded, 2 critical (stale data is critical).", ()),
     Family("agentd_healthy", G, "1 when /health answers 200 (no critical finding, data fresh), else 0.", ()),
@@ -56,6 +57,9 @@ _SEV_VALUE = {"ok": 0, "degraded": 1, "critical": 2}
 
 def render(x: Exposition, s: "State") -> None:
     x.add("agentd_build_info", (__version__, platform.python_version()), 1)
+    if s.snapshot is not None:
+        sysi, gdr = s.snapshot.system, s.snapshot.gdr
+        x.add("agentd_node_info", (sysi.hostname or "", gdr.kernel_release or "", sysi.arch or "", sysi.virtualization or ""), 1)
     x.add("agentd_ready", (), s.ready)
     x.add("agentd_start_time_seconds", (), s.started_at)
     x.add("agentd_state_generated_timestamp_seconds", (), s.generated_at)
