@@ -1,14 +1,24 @@
-"""Time one full NodeSnapshot collection on a simulated node and count the files read.
+"""Time one NodeSnapshot collection (in-process, no daemon) on a simulated node.
 
-Prints one JSON line per figure. No assertions: benchmarks report, tests judge.
+Prints one JSON line per figure (schema in bench/common.py). No assertions.
 
-    .venv/bin/python bench/bench_snapshot.py [--profile h100-ib] [--rounds 20]
+    .venv/bin/python bench/bench_snapshot.py [--profile h100-ib|large-16gpu-18nic] [--rounds 10] [--cprofile 25]
+
+Scopes: ``full`` (every probe, a fresh Collector each round: what ``agentd check`` pays
+per collection) and each tier on its own (``fast``, ``medium``, ``slow``: what the
+daemon's tier loops pay for probes every interval; the other tiers ran first because
+tiers read each other's data). Figures per scope: CPU ms (process time, so probe lane
+threads count) and wall ms as the median over rounds, and files read. Assembling the
+NodeSnapshot is included; checks, NCCL render, metrics and file writes are not (the
+daemon's cycle figures in bench_daemon.py include them).
+
+``--cprofile N`` also profiles full collections with cProfile and prints the top N
+functions by own time to stderr (not JSON).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import sys
@@ -16,46 +26,92 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import build_root, emit, run_main
 
-from agentd.config import AgentConfig  # noqa: E402
-from agentd.host.collect import Collector, probes_in  # noqa: E402
-from agentd.host.fs import HostRoot  # noqa: E402
-from agentd.sim import build_tree  # noqa: E402
+from agentd.config import AgentConfig
+from agentd.host.collect import Collector, probes_in
+from agentd.host.fs import HostRoot
 
-
-def emit(**kv: object) -> None:
-    print(json.dumps(kv), flush=True)
+SCOPES = (("full", None), ("fast", ("fast",)), ("medium", ("medium",)), ("slow", ("slow",)))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def measure(host: HostRoot, config: AgentConfig, names: list[str] | None, rounds: int) -> tuple[list[float], list[float], int, object]:
+    wall, cpu, files, snap = [], [], 0, None
+    for _ in range(rounds):
+        c = Collector(host, config)
+        if names is not None:
+            c.run_sync()  # warm: tiers need the others' data
+        t0, c0 = time.perf_counter(), time.process_time()
+        c.run_sync(names)
+        snap = c.snapshot()
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+        files = sum(p.files_read for p in snap.probes if names is None or p.name in names)
+    return wall, cpu, files, snap
+
+
+def cprofile(host: HostRoot, config: AgentConfig, rounds: int, top: int) -> None:
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(rounds):
+        c = Collector(host, config)
+        c.run_sync()
+        c.snapshot()
+    prof.disable()
+    # Probe bodies run in lane threads, which cProfile does not see; profile them inline too.
+    from agentd.host.collect import PROBES
+    from agentd.host.fs import ReadContext
+
+    prof2 = cProfile.Profile()
+    outputs: dict = {}
+    c = Collector(host, config)
+    c.run_sync()
+    outputs = dict(c.outputs)
+    prof2.enable()
+    for _ in range(rounds):
+        for spec in PROBES:
+            if spec.nvml:
+                continue
+            spec.fn(ReadContext(host, spec.name), outputs)
+    prof2.disable()
+    print(f"# cProfile: {rounds} full collections (main thread: assembly, waiting)", file=sys.stderr)
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(top)
+    print(f"# cProfile: {rounds} x every non-NVML probe body, run inline", file=sys.stderr)
+    pstats.Stats(prof2, stream=sys.stderr).sort_stats("tottime").print_stats(top)
+    pstats.Stats(prof2, stream=sys.stderr).sort_stats("cumulative").print_stats(top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="h100-ib")
-    ap.add_argument("--rounds", type=int, default=20)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        root = build_tree(args.profile, Path(d) / "root")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="also print the top N functions (cProfile) to stderr")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="agentd-bench-") as d:
+        root = build_root(args.profile, Path(d) / "root")
         host = HostRoot.at(root)
         config = AgentConfig(host_root=root)
-        for label, names in (("full", None), ("fast_tier", probes_in(("fast",))), ("medium_tier", probes_in(("medium",)))):
-            wall, cpu, files = [], [], 0
-            for _ in range(args.rounds):
-                c = Collector(host, config)
-                if names is not None:
-                    c.run_sync()  # warm: tiers need the others' data
-                t0, c0 = time.perf_counter(), time.process_time()
-                c.run_sync(names)
-                snap = c.snapshot()
-                wall.append((time.perf_counter() - t0) * 1000)
-                cpu.append((time.process_time() - c0) * 1000)
-                files = sum(p.files_read for p in snap.probes if names is None or p.name in names)
-            emit(bench="snapshot", profile=args.profile, scope=label, wall_ms_p50=round(statistics.median(wall), 2),
-                 cpu_ms_p50=round(statistics.median(cpu), 2), files_read=files, rounds=args.rounds)
-        emit(bench="snapshot", profile=args.profile, gpus=len(snap.gpus), hcas=len(snap.hcas), netdevs=len(snap.netdevs),
-             pci_devices=len(snap.pci), read_errors=len(snap.read_errors),
-             max_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+        tag = {"profile": args.profile}
+        snap = None
+        for scope, tiers in SCOPES:
+            names = probes_in(tiers) if tiers else None
+            wall, cpu, files, snap_ = measure(host, config, names, args.rounds)
+            snap = snap if scope != "full" else snap_
+            extra = {**tag, "scope": scope, "rounds": args.rounds}
+            emit("snapshot", f"collect_{scope}_cpu", statistics.median(cpu), "ms", **extra, min=round(min(cpu), 2), max=round(max(cpu), 2))
+            emit("snapshot", f"collect_{scope}_wall", statistics.median(wall), "ms", **extra)
+            emit("snapshot", f"collect_{scope}_files_read", files, "files", **extra)
+        assert snap is not None
+        emit("snapshot", "read_errors", len(snap.read_errors), "errors", **tag, gpus=len(snap.gpus), hcas=len(snap.hcas),
+             netdevs=len(snap.netdevs), pci_devices=len(snap.pci))
+        emit("snapshot", "bench_process_max_rss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "MiB", **tag)
+        if args.cprofile:
+            cprofile(host, config, max(3, args.rounds // 2), args.cprofile)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)
