@@ -207,7 +207,8 @@ class AgentConfig(Section):
     @classmethod
     def _listen(cls, v: str) -> str:
         host, sep, port = v.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        ok = sep and host and 0 < len(port) <= 5 and port.isascii() and port.isdecimal()
+        if not ok or not 0 < int(port) < 65536:
             raise ValueError("must be HOST:PORT with a port in 1-65535 (e.g. 127.0.0.1:9478, [::1]:9478)")
         return v
 
@@ -223,18 +224,42 @@ def host_visible_path(path: Path, host_root: Path) -> str:
     return p
 
 
+MAX_SHOWN_INPUT = 120  # characters of an offending value quoted in an error message
+
+
+def _one_line(s: str) -> str:
+    """s with every non-printable character (newline, CR, ESC, U+2028...) escaped, so a
+    key or value from a file cannot split a message line or forge one in a log."""
+    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
+def _key_part(p: str | int) -> str:
+    """A key as written, or repr'd when it holds anything but printable characters."""
+    s = str(p)
+    return s if s and s.isprintable() else repr(s)
+
+
 def _format_validation_error(err: ValidationError, origin: str) -> str:
-    lines = [f"invalid configuration ({origin}):"]
+    lines = [f"invalid configuration ({_one_line(origin)}):"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        loc = ".".join(_key_part(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"  {loc}: {msg}" + (f" (got {e['input']!r})" if e["type"] not in ("extra_forbidden", "missing") and not isinstance(e.get("input"), dict) else ""))
+        got = ""
+        if e["type"] not in ("extra_forbidden", "missing") and not isinstance(e.get("input"), dict):
+            shown = repr(e["input"])
+            if len(shown) > MAX_SHOWN_INPUT:
+                shown = shown[:MAX_SHOWN_INPUT] + "..."
+            got = f" (got {shown})"
+        lines.append(_one_line(f"  {loc}: {msg}{got}"))
     return "\n".join(lines)
 
 
 def _parse_env_value(raw: str) -> Any:
+    """A TOML scalar or array when ``raw`` parses as one, else the string itself. Raises
+    ValueError/RecursionError when it is TOML past tomllib's limits (an integer of more
+    than 4300 digits, nesting deeper than the recursion limit)."""
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -252,9 +277,21 @@ def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
         for p in parts[:-1]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"invalid configuration (environment): {name}: conflicts with another AGENTD_ variable")
-        node[parts[-1]] = _parse_env_value(raw)
+                raise ConfigError(f"invalid configuration (environment): {_one_line(name)}: conflicts with another AGENTD_ variable")
+        try:
+            node[parts[-1]] = _parse_env_value(raw)
+        except (ValueError, RecursionError) as e:
+            raise ConfigError(f"invalid configuration (environment): {_one_line(name)}: {_toml_limit(e)}") from None
     return tree
+
+
+def _toml_limit(e: ValueError | RecursionError) -> str:
+    """What tomllib's non-TOMLDecodeError failures mean (int() digit limit, deep nesting)."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    # "Exceeds the limit (4300 digits) for integer string conversion: value has N digits"
+    # (the rest of CPython's message is advice for programmers)
+    return f"cannot be read: {_one_line(str(e).split(';')[0])}"
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -295,6 +332,8 @@ def load_config(
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {cfg_path} is not valid TOML: {e}") from None
+        except (ValueError, RecursionError) as e:  # past tomllib's limits: int digits, nesting
+            raise ConfigError(f"config file {cfg_path} is not usable TOML: {_toml_limit(e)}") from None
     env_tree = env_overrides(env)
     if env_tree:
         data = _merge(data, env_tree)

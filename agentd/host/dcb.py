@@ -23,7 +23,7 @@ import time
 from typing import Iterator, Sequence
 
 from agentd.host.ethtool import valid_ifname
-from agentd.host.fs import ReadContext
+from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import PfcConfig
 
 NETLINK_ROUTE = 0
@@ -49,7 +49,11 @@ SIM_MAX_BYTES = 256 * 1024
 
 class NetlinkError(Exception):
     def __init__(self, err: int):
-        super().__init__(os.strerror(err))
+        try:
+            msg = os.strerror(err)
+        except (OverflowError, ValueError):  # not a C int (-INT_MIN in a forged reply)
+            msg = f"Unknown error {err}"
+        super().__init__(msg)
         self.errno = err
 
 
@@ -239,9 +243,10 @@ def parse_mlnx_qos(text: str) -> PfcConfig | None:
                 prios = cols[1:]
             elif cols and cols[0] == "enabled" and prios is not None:
                 flags = cols[1:]
-                if len(flags) != len(prios) or not all(f in ("0", "1") for f in flags) or not all(p.isdigit() for p in prios):
-                    return None
-                enabled = tuple(sorted(int(p) for p, f in zip(prios, flags) if f == "1"))
+                numbers = [parse_decimal(p) for p in prios]
+                if len(flags) != len(prios) or not all(f in ("0", "1") for f in flags) or not all(n is not None and n <= 7 for n in numbers):
+                    return None  # priorities are 0-7
+                enabled = tuple(sorted({n for n, f in zip(numbers, flags) if f == "1" and n is not None}))
                 return PfcConfig(enabled=enabled, trust=trust, source="mlnx_qos")
         return None
     return None

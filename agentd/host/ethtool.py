@@ -22,7 +22,7 @@ import socket
 import struct
 from typing import Sequence
 
-from agentd.host.fs import ReadContext
+from agentd.host.fs import ReadContext, parse_decimal
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x03
@@ -179,9 +179,10 @@ def parse_ethtool_s(text: str) -> dict[str, int] | None:
         if sep and not value and name:
             continue  # "NIC statistics:", "Standard stats for eth0:"
         name = name.strip()
-        if not sep or not name or not value.isdigit():
+        v = parse_decimal(value)  # a u64: ASCII digits, at most 20 of them
+        if not sep or not name or v is None:
             return None
-        out[name] = int(value)
+        out[name] = v
     return out
 
 

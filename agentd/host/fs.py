@@ -2,7 +2,12 @@
 
 A reader gets a ``ReadContext`` for its source. Every read goes through it, so that:
 - paths are taken under the host root (``/`` on a node, a directory in tests, the
-  simulator and containers), and symlinks are resolved without leaving it;
+  simulator and containers), and symlinks are resolved without leaving it: under a root
+  other than ``/``, the directory of every file read (and every directory listed) is
+  resolved first, and one that leads outside the root is refused (``escape``) wherever
+  the symlink sits on the path. Each distinct directory is resolved once per context
+  (one ``lstat`` when its parent is already known), and the file is then opened through
+  the resolved directory, so the path that was checked is the path that is read;
 - reads are size-capped and never follow a symlink in the last component;
 - failures become typed ``ReadError`` records instead of exceptions;
 - the number of files read is counted (the benchmark prints it).
@@ -15,12 +20,15 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentd.model import ReadError, ReadErrorKind
 
 MAX_ATTR_BYTES = 64 * 1024  # sysfs attributes are at most a page; procfs files we read are small
+ESCAPE_DETAIL = "a directory on the path resolves outside the host root"
+_UNKNOWN = object()
 
 
 class ReadFailure(Exception):
@@ -105,16 +113,27 @@ def _classify_oserror(e: OSError) -> ReadErrorKind:
 
 @dataclass
 class ReadContext:
-    """Per-probe accumulator of read errors and file counts."""
+    """Per-probe accumulator of read errors and file counts.
+
+    A context lives for one probe run: the directories it resolved (``_dirs``) are not
+    re-checked within it, and a fresh context checks them again.
+    """
 
     host: HostRoot
     source: str
     errors: list[ReadError] = field(default_factory=list)
     files_read: int = 0
     _root_str: str = field(init=False, repr=False)
+    _confined: bool = field(init=False, repr=False)
+    _real_root: str | None = field(init=False, repr=False)
+    _dirs: dict[str, str | None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._root_str = str(self.host.root)
+        # Under "/" every path is inside the root: nothing to check.
+        self._confined = self._root_str != "/"
+        self._real_root = None  # computed when first needed
+        self._dirs = {self._root_str: self._root_str}  # directory as given -> realpath, None: outside
 
     # -- errors -------------------------------------------------------------
     def error(self, path: str | os.PathLike[str], kind: ReadErrorKind, detail: str = "") -> None:
@@ -124,6 +143,54 @@ class ReadContext:
         self.errors.append(ReadError(source=self.source, path=p, kind=kind, detail=detail))
 
     # -- paths --------------------------------------------------------------
+    def _real_dir(self, d: str) -> str | None:
+        """realpath of directory ``d`` (absolute, under the root), or None when it leaves
+        the root. Cached; a directory whose parent is known costs one lstat."""
+        dirs, root = self._dirs, self._root_str
+        todo = []  # walk up to the nearest known ancestor (iteratively), then back down
+        cur = d
+        while cur not in dirs:
+            parent, _, base = cur.rpartition("/")
+            if base in ("", ".", "..") or not (parent == root or parent.startswith(root + "/")):
+                dirs[cur] = self._inside(os.path.realpath(cur))  # odd spelling: resolve it whole
+                break
+            todo.append((cur, parent, base))
+            cur = parent
+        for cur, parent, base in reversed(todo):
+            real = dirs[parent]
+            if real is not None:  # else below a directory outside the root
+                real += "/" + base
+                try:
+                    if stat.S_ISLNK(os.lstat(real).st_mode):
+                        real = self._inside(os.path.realpath(real))
+                except OSError:
+                    pass  # missing, or not a directory: the read itself reports it
+            dirs[cur] = real
+        return dirs[d]
+
+    def _inside(self, real: str) -> str | None:
+        r = self._root_str
+        if real == r or real.startswith(r + "/"):
+            return real
+        if self._real_root is None:  # a root given through a symlink (HostRoot.at resolves it)
+            self._real_root = os.path.realpath(r)
+        r = self._real_root
+        return real if real == r or real.startswith(r + "/") else None
+
+    def _confine(self, p: str, *, is_dir: bool = False) -> str | None:
+        """The path to open for ``p``: through its resolved directory (``p`` itself for a
+        listing). None, with an ``escape`` error, when that leaves the root."""
+        d, _, name = p.rpartition("/")
+        if is_dir or name in ("", ".", ".."):
+            d, name = p.rstrip("/"), ""
+        real = self._dirs.get(d, _UNKNOWN)  # the common case: a directory already seen
+        if real is _UNKNOWN:
+            real = self._real_dir(d)
+        if real is None:
+            self.error(p, "escape", ESCAPE_DETAIL)
+            return None
+        return real + "/" + name if name else real
+
     def resolve(self, rel: str | os.PathLike[str], *, required: bool = False) -> Path | None:
         """Follow symlinks of a directory path, staying inside the host root."""
         try:
@@ -135,21 +202,38 @@ class ReadContext:
             if required:
                 self.error(rel, "missing", "does not exist")
             return None
+        if self._confined:  # reads below rel (or below real) need no second resolution
+            r = str(real)
+            self._dirs.setdefault(r, r)
+            self._dirs.setdefault(self._abs(rel).rstrip("/"), r)
         return real
 
     def readlink_name(self, path: str | os.PathLike[str]) -> str | None:
         """basename of a symlink's target (e.g. the driver name of .../driver); None if no link."""
         p = self._abs(path)
+        q = self._confine(p) if self._confined else p
+        if q is None:
+            return None
         try:
-            target = os.readlink(p)
+            target = os.readlink(q)
         except OSError:
             return None
         return os.path.basename(target.rstrip("/")) or None
 
+    def exists(self, path: str | os.PathLike[str]) -> bool:
+        """Whether the path exists, the last component not followed (``os.path.lexists``).
+        False, with an ``escape`` error, when a directory on the way leaves the root."""
+        p = self._abs(path)
+        q = self._confine(p) if self._confined else p
+        return q is not None and os.path.lexists(q)
+
     def listdir(self, path: str | os.PathLike[str], *, required: bool = False) -> list[str]:
         p = self._abs(path)
+        q = self._confine(p, is_dir=True) if self._confined else p
+        if q is None:
+            return []
         try:
-            names = os.listdir(p)
+            names = os.listdir(q)
         except OSError as e:
             kind = _classify_oserror(e)
             if required or kind != "missing":
@@ -172,8 +256,11 @@ class ReadContext:
     # -- values -------------------------------------------------------------
     def raw(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES) -> bytes | None:
         p = self._abs(path)
+        q = self._confine(p) if self._confined else p
+        if q is None:
+            return None
         try:
-            data = read_bounded(p, max_bytes)
+            data = read_bounded(q, max_bytes)
         except OSError as e:
             kind = _classify_oserror(e)
             if e.errno == errno.EINVAL:
@@ -217,3 +304,16 @@ def parse_int(s: str, base: int = 10) -> int | None:
         return int(s, base)
     except ValueError:
         return None
+
+
+def parse_decimal(s: str, max_digits: int = 20) -> int | None:
+    """A non-negative ASCII decimal integer of at most ``max_digits`` digits, else None.
+
+    For parsers of text that prints unsigned numbers (counters, ids, port and priority
+    numbers): no sign, no spaces, no ``_``. ``str.isdigit()`` is not enough: it admits
+    characters ``int()`` refuses (``'²'``) and other scripts' digits, and ``int()`` of more
+    than 4300 digits raises ValueError. 20 digits hold any u64.
+    """
+    if 0 < len(s) <= max_digits and s.isascii() and s.isdecimal():
+        return int(s)
+    return None

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from agentd.host.fs import parse_decimal
+
 # ---------------------------------------------------------------------------
 # rate
 
@@ -26,7 +28,7 @@ _RATE_RE = re.compile(
         (?:Gb/s(?:ec)?)?\s*
         (?:\(\s*(?P<width>\d+)\s*X(?:\s+(?P<gen>[A-Za-z][A-Za-z0-9]*))?\s*\))?
         \s*$""",
-    re.IGNORECASE | re.VERBOSE,
+    re.IGNORECASE | re.VERBOSE | re.ASCII,
 )
 
 
@@ -37,8 +39,12 @@ def parse_rate(text: str | None) -> tuple[float | None, int | None, str | None]:
     m = _RATE_RE.match(text)
     if not m:
         return None, None, None
+    width = None
+    if m.group("width"):
+        width = parse_decimal(m.group("width"))
+        if width is None:  # a width no port has (past u64, past int()'s digit limit)
+            return None, None, None
     gbps = float(m.group("gbps"))
-    width = int(m.group("width")) if m.group("width") else None
     gen = m.group("gen").upper() if m.group("gen") else None
     return gbps, width, gen
 
@@ -66,7 +72,7 @@ _PLAIN_STATES: dict[str, tuple[int, str | None]] = {
     "nostatechange": (0, None),  # ibstat's phys state 0
 }
 
-_STATE_RE = re.compile(r"^\s*(?P<id>\d+)\s*(?::\s*(?P<name>.*?))?\s*$")
+_STATE_RE = re.compile(r"^\s*(?P<id>\d+)\s*(?::\s*(?P<name>.*?))?\s*$", re.ASCII)
 
 
 def parse_state(text: str | None) -> tuple[int | None, str | None]:
@@ -79,10 +85,13 @@ def parse_state(text: str | None) -> tuple[int | None, str | None]:
         return None, None
     m = _STATE_RE.match(text)
     if m:
+        sid = parse_decimal(m.group("id"))
+        if sid is None:  # past u64 / int()'s digit limit: not a state
+            return None, None
         name = (m.group("name") or "").strip()
         if not name or name.startswith("<"):  # "0: <unknown>"
-            return int(m.group("id")), None
-        return int(m.group("id")), name
+            return sid, None
+        return sid, name
     return _PLAIN_STATES.get(text.strip().lower().replace(" ", ""), (None, None))
 
 
@@ -91,8 +100,8 @@ def parse_state(text: str | None) -> tuple[int | None, str | None]:
 
 _KV_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z _]*?)\s*:\s*(?P<value>.*?)\s*$")
 _CA_RE = re.compile(r"^CA\s+'(?P<name>[^']+)'\s*$")
-_PORT_RE = re.compile(r"^\s*Port\s+(?P<port>\d+)\s*:\s*$")
-_IBSTATUS_RE = re.compile(r"^\s*Infiniband device\s+'(?P<name>[^']+)'\s+port\s+(?P<port>\d+)\s+status\s*:\s*$")
+_PORT_RE = re.compile(r"^\s*Port\s+(?P<port>\d+)\s*:\s*$", re.ASCII)
+_IBSTATUS_RE = re.compile(r"^\s*Infiniband device\s+'(?P<name>[^']+)'\s+port\s+(?P<port>\d+)\s+status\s*:\s*$", re.ASCII)
 
 _IBSTAT_CA_KEYS = {
     "CA type": "hca_type",
@@ -162,7 +171,9 @@ def parse_ibstat(text: str) -> list[dict[str, Any]]:
     def close_port() -> None:
         nonlocal port_raw
         if ca is not None and port_raw is not None:
-            ca["ports"].append({"port": int(port_raw.pop("_port")), **_port_fields(port_raw)})
+            port = parse_decimal(port_raw.pop("_port"))
+            if port is not None:  # else not a port number: the block is skipped
+                ca["ports"].append({"port": port, **_port_fields(port_raw)})
         port_raw = None
 
     for line in text.splitlines():
@@ -209,7 +220,9 @@ def parse_ibstatus(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         if m := _IBSTATUS_RE.match(line):
             close()
-            cur = {"name": m.group("name"), "port": int(m.group("port"))}
+            port = parse_decimal(m.group("port"))
+            # A port number past u64 is not a port: its block is skipped.
+            cur = None if port is None else {"name": m.group("name"), "port": port}
             raw = {}
             continue
         if cur is None:

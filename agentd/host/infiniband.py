@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentd.host import ibparse
-from agentd.host.fs import ReadContext
+from agentd.host.fs import ReadContext, parse_decimal
 from agentd.host.netdev import bdf_of_class_path, is_bdf, link_bdf
 from agentd.model import Gid, Hca, IbPort
 from agentd.roles import natural_key
@@ -98,8 +98,8 @@ def _read_hca(ctx: ReadContext, name: str, *, counters: bool, gids: bool) -> Hca
 
     netdevs = _PciNetdevs(ctx, device_dir)
     ports = []
-    for pname in sorted((p for p in ctx.listdir(f"{entry}/ports", required=True) if p.isdigit()), key=int):
-        ports.append(_read_port(ctx, f"{entry}/ports/{pname}", int(pname), netdevs, counters=counters, gids=gids))
+    for port, pname in _numbered(ctx.listdir(f"{entry}/ports", required=True)):
+        ports.append(_read_port(ctx, f"{entry}/ports/{pname}", port, netdevs, counters=counters, gids=gids))
 
     def attr(a: str) -> str | None:
         return ctx.text(f"{entry}/{a}") or None
@@ -158,6 +158,20 @@ def _read_port(
     )
 
 
+def _numbered(names: list[str]) -> list[tuple[int, str]]:
+    """(number, name) of the entries named by a plain number, as the kernel names ports
+    (``ports/1``) and GID slots (``gids/0``), in numeric order. Other names are skipped:
+    not ASCII decimal (``str.isdigit()`` admits superscripts ``int()`` refuses), a
+    leading zero, or more than 20 digits."""
+    out = []
+    for name in names:
+        n = parse_decimal(name)
+        if n is not None and str(n) == name:
+            out.append((n, name))
+    out.sort()
+    return out
+
+
 def _required_text(ctx: ReadContext, path: str) -> str | None:
     return ctx.text(path, required=True) or None
 
@@ -185,21 +199,21 @@ def _read_counters(
 
 
 def _read_gids(ctx: ReadContext, pdir: str, *, full: bool) -> tuple[Gid, ...]:
-    slots = sorted(int(n) for n in ctx.listdir(f"{pdir}/gids") if n.isdigit())
+    slots = _numbered(ctx.listdir(f"{pdir}/gids"))
     attrs = set(ctx.listdir(f"{pdir}/gid_attrs"))
     out: list[Gid] = []
-    for i in slots:
-        text = ctx.text(f"{pdir}/gids/{i}")  # None: EINVAL (empty slot) or unreadable
+    for i, slot in slots:
+        text = ctx.text(f"{pdir}/gids/{slot}")  # None: EINVAL (empty slot) or unreadable
         if text is None or ibparse.is_zero(text):
             if full:
                 continue
             break
         if not ibparse.is_gid(text):
-            ctx.error(f"{pdir}/gids/{i}", "unparsable", f"not a GID: {text[:60]!r}")
+            ctx.error(f"{pdir}/gids/{slot}", "unparsable", f"not a GID: {text[:60]!r}")
             continue
         # EINVAL on an attribute (slot emptied under us, or a container view) -> None.
-        gtype = ctx.text(f"{pdir}/gid_attrs/types/{i}") if "types" in attrs else None
-        ndev = ctx.text(f"{pdir}/gid_attrs/ndevs/{i}") if "ndevs" in attrs else None
+        gtype = ctx.text(f"{pdir}/gid_attrs/types/{slot}") if "types" in attrs else None
+        ndev = ctx.text(f"{pdir}/gid_attrs/ndevs/{slot}") if "ndevs" in attrs else None
         out.append(Gid(index=i, gid=text.lower(), type=gtype or None, netdev=ndev or None))
     return tuple(out)
 

@@ -8,10 +8,9 @@ here by version only (distribution backports are not detected).
 
 from __future__ import annotations
 
-import os
 import re
 
-from agentd.host.fs import ReadContext
+from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import GdrInfo
 
 PEERMEM_MODULE = "sys/module/nvidia_peermem"
@@ -31,7 +30,7 @@ DMABUF_MIN_KERNEL = (5, 12)
 # "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.161.08  Release Build ..."
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Feb 20 ..."
 _NVRM = re.compile(r"NVRM version:.*?Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)*)")
-_RELEASE = re.compile(r"^(\d+)\.(\d+)")
+_RELEASE = re.compile(r"^(\d+)\.(\d+)", re.ASCII)
 
 
 def parse_nvrm_version(text: str) -> tuple[str | None, bool | None]:
@@ -45,13 +44,17 @@ def parse_nvrm_version(text: str) -> tuple[str | None, bool | None]:
 
 
 def kernel_version(release: str) -> tuple[int, int] | None:
-    """(major, minor) of a release string: "6.5.0-1024-nvidia" -> (6, 5)."""
+    """(major, minor) of a release string: "6.5.0-1024-nvidia" -> (6, 5); None when it
+    does not start with two ASCII numbers (of sane length)."""
     m = _RELEASE.match(release.strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    if not m:
+        return None
+    major, minor = parse_decimal(m.group(1)), parse_decimal(m.group(2))
+    return None if major is None or minor is None else (major, minor)
 
 
 def _exists(ctx: ReadContext, rel: str) -> bool:
-    return os.path.lexists(ctx.host.abs(rel))
+    return ctx.exists(rel)
 
 
 def read_gdr(ctx: ReadContext) -> GdrInfo:

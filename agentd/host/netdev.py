@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentd.host.fs import ReadContext
+from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import Netdev, RoceEcn
 from agentd.roles import natural_key
 
@@ -103,15 +103,16 @@ def _read_ecn(ctx: ReadContext, ecn_dir: str) -> RoceEcn | None:
 
 def _read_enable(ctx: ReadContext, enable_dir: str) -> dict[int, bool]:
     out: dict[int, bool] = {}
-    for prio in ctx.listdir(enable_dir):
-        if not prio.isdigit():
-            continue
-        path = f"{enable_dir}/{prio}"
+    for name in ctx.listdir(enable_dir):
+        prio = parse_decimal(name, max_digits=1)
+        if prio is None or prio > 7 or name != str(prio):
+            continue  # priorities are 0-7; anything else is not the kernel's
+        path = f"{enable_dir}/{name}"
         v = ctx.integer(path)
         if v is None:
             continue
         if v not in (0, 1):
             ctx.error(path, "unparsable", f"expected 0 or 1, got {v}")
             continue
-        out[int(prio)] = v == 1
+        out[prio] = v == 1
     return dict(sorted(out.items()))

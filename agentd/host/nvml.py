@@ -106,12 +106,19 @@ def _read_sim(ctx: ReadContext) -> NvmlInfo:
     if text is None:
         return NvmlInfo(available=False, error="no NVML in simulated root")
     try:
-        sim = SimNvml.model_validate(json.loads(text))
-    except json.JSONDecodeError as e:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        # JSONDecodeError is a ValueError; so is an integer past int()'s digit limit.
+        # Nesting deeper than the recursion limit raises RecursionError.
         ctx.error(SIM_FILE, "unparsable", f"not JSON: {e}")
         return NvmlInfo(available=False, error=f"{SIM_FILE} is not valid JSON")
+    try:
+        sim = SimNvml.model_validate(data)
     except ValidationError as e:
         ctx.error(SIM_FILE, "unparsable", _validation_detail(e))
+        return NvmlInfo(available=False, error=f"{SIM_FILE} does not match the schema")
+    except RecursionError:
+        ctx.error(SIM_FILE, "unparsable", "nested too deeply")
         return NvmlInfo(available=False, error=f"{SIM_FILE} does not match the schema")
     if sim.hang_s:
         _sleep(sim.hang_s)
