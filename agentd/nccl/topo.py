@@ -149,7 +149,11 @@ def _endpoints(snapshot: NodeSnapshot, roles: HcaRoles) -> tuple[list[tuple[str,
     for gpu in sorted(snapshot.gpus, key=lambda g: g.pci_bus_id):
         dev = snapshot.pci_device(gpu.pci_bus_id)
         if dev is None:
-            raise _Skip(f"GPU {gpu.pci_bus_id} is not in the PCI data")
+            # NVML (medium tier) can still list a GPU the PCI scan (slow tier) no longer
+            # sees, or the other way round: leave it out like a NIC without PCI data, and
+            # let inventory/gpu.lost findings speak for it. NCCL attaches any GPU the file
+            # lacks at its real sysfs place.
+            continue
         eps.append((gpu.pci_bus_id, dev))
         gpus.append(gpu.pci_bus_id)
     for name in roles.compute + roles.other:

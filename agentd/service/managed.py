@@ -26,6 +26,7 @@ Not thread-safe: one writer (the daemon loop) per ManagedFiles.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import re
@@ -131,6 +132,7 @@ class ManagedFile:
         self.last_drift_at: float | None = None
         self.sha256: str | None = None
         self.last_action: Action | None = None
+        self._swept = False
 
     @property
     def drift_detected(self) -> bool:
@@ -152,8 +154,31 @@ class ManagedFile:
             return "replaced"
         return None
 
+    def sweep_stale_temps(self, *, older_than_s: float = 60.0) -> int:
+        """Remove ``.NAME.*.tmp`` files a killed writer left beside the file (atomic_write's
+        temp names). Done once per ManagedFile, i.e. when the daemon starts managing it.
+        Only old ones: a temp file in flight lives for milliseconds, and another writer's
+        (`agentd render` run by hand) must not be pulled from under it."""
+        removed = 0
+        cutoff = time.time() - older_than_s
+        try:
+            for p in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.tmp"):
+                try:
+                    if p.lstat().st_mtime > cutoff:
+                        continue
+                    p.unlink()
+                    removed += 1
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        return removed
+
     def write(self, content: str, *, restore_drift: bool = True, now: float | None = None) -> ManagedResult:
         now = time.time() if now is None else now
+        if not self._swept:
+            self._swept = True
+            self.sweep_stale_temps()
         wanted = seal(content, xml=self.xml)
         wanted_digest = digest(wanted)
         current = read_current(self.path)
