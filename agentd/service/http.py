@@ -10,6 +10,8 @@ a body 413; request line and header fields are capped at ``web.max_request_bytes
 
 from __future__ import annotations
 
+import asyncio
+import resource
 import time
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
@@ -129,6 +131,95 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class ConnectionLimiter:
+    """Keeps open connections below the process's fd limit.
+
+    aiohttp has no cap on connections and no timeout for one that never sends a request,
+    so enough idle peers (agentd may listen beyond loopback for Prometheus) would use up
+    the fd limit: /health would stop answering and sysfs reads and NCCL writes would fail
+    with EMFILE. At the cap, a new connection evicts the oldest one that has not sent a
+    byte; if every connection is busy, the new one is closed.
+    """
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.conns: dict[Any, list[Any]] = {}  # protocol -> [transport, has sent data]; oldest first
+        self.evicted = 0
+
+    @staticmethod
+    def default_cap() -> int:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return 4096
+        return max(32, min(4096, soft - 200))  # leave room for probes, files, threads
+
+    def _admit(self, proto: Any, transport: Any) -> bool:
+        if len(self.conns) >= self.cap:
+            idle = next((p for p, (_, sent) in self.conns.items() if not sent), None)
+            if idle is None:
+                transport.close()
+                return False
+            self.conns.pop(idle)[0].close()
+            self.evicted += 1
+        self.conns[proto] = [transport, False]
+        return True
+
+    def wrap(self, factory: Callable[[], Any]) -> Callable[[], Any]:
+        return lambda: _Tracked(factory(), self)
+
+
+class _Tracked(asyncio.Protocol):
+    """Forwards to aiohttp's protocol (which has __slots__, so it cannot be patched) and
+    tells the limiter when a connection opens, first sends data, and closes."""
+
+    def __init__(self, inner: Any, limiter: ConnectionLimiter):
+        self.inner, self.limiter, self.admitted = inner, limiter, False
+
+    def connection_made(self, transport: Any) -> None:
+        self.admitted = self.limiter._admit(self, transport)
+        if self.admitted:
+            self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.limiter.conns.pop(self, None)
+        if self.admitted:
+            self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        entry = self.limiter.conns.get(self)
+        if entry is not None:
+            entry[1] = True
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+class _LimitedSite(web.TCPSite):
+    """TCPSite whose protocol factory goes through a ConnectionLimiter."""
+
+    def __init__(self, *args: Any, limiter: ConnectionLimiter, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.limiter = limiter
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self.limiter.wrap(server), self._host, self._port, ssl=self._ssl_context,
+            backlog=self._backlog, reuse_address=self._reuse_address, reuse_port=self._reuse_port,
+        )  # fmt: skip
+        if hasattr(self, "_bound_port"):  # aiohttp >= 3.10 reports the port it bound
+            self._bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
+
+
 async def start_server(app: web.Application, listen: str, max_request_bytes: int, *, ssl_context: Any = None) -> tuple[web.AppRunner, list[tuple[str, int]]]:
     """Bind and start serving; returns the runner (for cleanup) and the bound addresses."""
     runner = web.AppRunner(
@@ -142,7 +233,7 @@ async def start_server(app: web.Application, listen: str, max_request_bytes: int
     )
     await runner.setup()
     host, port = parse_listen(listen)
-    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
+    site = _LimitedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context, limiter=ConnectionLimiter(ConnectionLimiter.default_cap()))
     try:
         await site.start()
     except BaseException:

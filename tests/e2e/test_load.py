@@ -253,10 +253,6 @@ def test_slow_clients_do_not_block_others(agent):
     assert agent.alive(), agent.logs()
 
 
-@pytest.mark.xfail(strict=True, reason="agentd/service/http.py start_server: no cap on connections and no timeout for a "
-                   "connection that sends no request, so idle connections use up the fd limit (systemd default soft "
-                   "LimitNOFILE=1024; the unit sets none): /health stops answering and sysfs reads and NCCL file writes "
-                   "fail with EMFILE until they close; reported to the lead")
 def test_idle_connections_beyond_the_fd_limit_do_not_stop_health(tmp_path):
     """A remote peer (listen = 0.0.0.0, as the README suggests for Prometheus) opens more
     idle connections than the unit's fd limit allows; scrapes must keep working."""
