@@ -28,7 +28,7 @@ from agentd.sim.profiles import (
     Profile,
     RootPort,
     Switch,
-    _single,
+    storage_nic,
     _switch_pair,
 )
 
@@ -76,25 +76,9 @@ def large_16gpu_18nic() -> Profile:
             )
         )
     for k, (hb, numa) in enumerate(STORAGE_BUSES):
-        bdf = f"0000:{hb + 1:02x}:00.0"
-        name = f"mlx5_{GPUS + k}"
-        hbs.append(_single(hb, numa, Endpoint(bdf, "connectx-6dx", "hca", name)))
-        hcas.append(
-            HcaSpec(
-                name=name,
-                bdf=bdf,
-                netdev=f"enp{hb + 1}s0np0",
-                link_layer="Ethernet",
-                rate="100 Gb/sec (4X EDR)",
-                compute=False,
-                hca_type="MT4125",
-                fw_ver="22.41.1000",
-                board_id="MT_0000000359",
-                node_guid=f"b83f:d203:012a:{0x2a1c + k:04x}",
-                mtu=9000,
-                ipv4=f"10.201.{k}.11",
-            )
-        )
+        bridge, hca = storage_nic(f"mlx5_{GPUS + k}", hb, numa, node_guid=f"b83f:d203:012a:{0x2a1c + k:04x}", ipv4=f"10.201.{k}.11")
+        hbs.append(bridge)
+        hcas.append(hca)
     hbs.sort(key=lambda h: h.domain_bus)
     return Profile(
         name=NAME,

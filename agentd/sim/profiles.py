@@ -169,6 +169,17 @@ def _single(hb: int, numa: int, ep: Endpoint, rp_dev: str = "01.0") -> HostBridg
     return HostBridge(f"0000:{hb:02x}", numa, (RootPort(f"0000:{hb:02x}:{rp_dev}", ep),))
 
 
+def storage_nic(name: str, hb: int, numa: int, *, node_guid: str, ipv4: str) -> tuple[HostBridge, HcaSpec]:
+    """A ConnectX-6 Dx 100GbE storage/management NIC alone on a CPU root port."""
+    bdf = f"0000:{hb + 1:02x}:00.0"
+    bridge = _single(hb, numa, Endpoint(bdf, "connectx-6dx", "hca", name))
+    hca = HcaSpec(
+        name=name, bdf=bdf, netdev=f"enp{hb + 1}s0np0", link_layer="Ethernet", rate="100 Gb/sec (4X EDR)", compute=False,
+        hca_type="MT4125", fw_ver="22.41.1000", board_id="MT_0000000359", node_guid=node_guid, mtu=9000, ipv4=ipv4,
+    )  # fmt: skip
+    return bridge, hca
+
+
 H100_HOST_BRIDGES = ((0x14, 0), (0x35, 0), (0x46, 0), (0x57, 0), (0x94, 1), (0xB5, 1), (0xC6, 1), (0xD7, 1))
 H100_CPUS = ("0-55,112-167", "56-111,168-223")
 
@@ -206,25 +217,9 @@ def _h100(name: str, description: str, ethernet: bool) -> Profile:
         )
     if not ethernet:  # storage/management RoCE NICs, one per socket, on CPU root ports
         for k, (hb, numa) in enumerate(((0x68, 0), (0xE8, 1))):
-            bdf = f"0000:{hb + 1:02x}:00.0"
-            hca = f"mlx5_{8 + k}"
-            hbs.append(_single(hb, numa, Endpoint(bdf, "connectx-6dx", "hca", hca)))
-            hcas.append(
-                HcaSpec(
-                    name=hca,
-                    bdf=bdf,
-                    netdev=f"enp{hb + 1}s0np0",
-                    link_layer="Ethernet",
-                    rate="100 Gb/sec (4X EDR)",
-                    compute=False,
-                    hca_type="MT4125",
-                    fw_ver="22.41.1000",
-                    board_id="MT_0000000359",
-                    node_guid=f"b83f:d203:002a:{0x1a1c + k:04x}",
-                    mtu=9000,
-                    ipv4=f"10.200.{k}.11",
-                )
-            )
+            bridge, hca = storage_nic(f"mlx5_{8 + k}", hb, numa, node_guid=f"b83f:d203:002a:{0x1a1c + k:04x}", ipv4=f"10.200.{k}.11")
+            hbs.append(bridge)
+            hcas.append(hca)
     hbs.sort(key=lambda h: h.domain_bus)
     return Profile(
         name=name,
