@@ -102,6 +102,8 @@ class Thresholds(Section):
     pause_storm_per_s: float = Field(1000.0, ge=0, description="PFC pause frames per second per priority above which roce.pfc.pause_storm is raised.")
     nvlink_error_per_s: float = Field(0.0, ge=0, description="NVLink CRC/replay/recovery errors per second above which nvlink.link.errors is raised.")
     history_size: int = Field(720, ge=2, le=100000, description="Snapshots kept in memory for rates and flap detection.")
+    rate_window_s: float = Field(600.0, gt=0, le=86400, description="Window over which IB and NVLink error counter rates are measured (the oldest snapshot inside it is the reference).")
+    short_rate_window_s: float = Field(60.0, gt=0, le=86400, description="Window for PFC pause-storm and CNP rates, so a storm clears within about this long after it stops.")
 
 
 class RoceSettings(Section):

@@ -38,12 +38,10 @@ class CheckInput:
         return self.roles if self.roles is not None else hca_roles(self.snapshot, self.config.hca)
 
 
-# Rates are measured against the oldest snapshot within this many seconds (averages short
-# bursts, and a finding clears at most this long after the counter stops moving). Error
-# counters with per-hour thresholds use the long window; signals about what is happening
-# now (pause storms, congestion notifications) use the short one so they clear quickly.
-RATE_WINDOW_S = 600.0
-SHORT_RATE_WINDOW_S = 60.0
+# Counter rates are measured over thresholds.rate_window_s (error counters with per-hour
+# thresholds: averages short bursts, and a finding clears at most that long after the
+# counter stops moving) or thresholds.short_rate_window_s (pause storms, congestion
+# notifications: what is happening now, cleared quickly).
 # A positive threshold fires only when at least this many events were counted.
 MIN_EVENTS = 3
 # Readings used per counter within the window (evenly thinned; the oldest and newest are

@@ -2,14 +2,13 @@
 
 Every counter named in ``thresholds.counters`` is looked up in the port's ``counters/``
 and then ``hw_counters/``. Its rate is measured over the snapshots of the last
-``RATE_WINDOW_S`` (see common.py for the reset, saturation and minimum-evidence rules).
+``thresholds.rate_window_s`` (see common.py for the reset, saturation and minimum-evidence rules).
 The finding code is ``ib.counter.<name>``: one stable code per counter.
 """
 
 from __future__ import annotations
 
 from agentd.checks.common import (
-    RATE_WINDOW_S,
     CheckInput,
     cap,
     counter_change,
@@ -137,7 +136,7 @@ def check_counters(inp: CheckInput) -> list[Finding]:
     """ib.counter.<name> rates, ib.counter.reset, ib.counter.saturated."""
     snap = inp.snapshot
     roles = inp.resolved_roles()
-    window = in_window(inp.history, snap.taken_at, RATE_WINDOW_S)
+    window = in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s)
     indexes = [port_index(s) for s in window]
     older = earlier(inp.history, snap.taken_at)
     previous = older[-1] if older else None

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 from agentd.checks.common import (
-    RATE_WINDOW_S,
     CheckInput,
     counter_change,
     exceeds,
@@ -118,7 +117,7 @@ def check_nvlink(inp: CheckInput) -> list[Finding]:
     out = _lost(inp)
     if not snap.nvml.available:
         return out
-    window = in_window(inp.history, snap.taken_at, RATE_WINDOW_S)
+    window = in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s)
     indexes = [_link_index(s) for s in window]
     for g in snap.nvml.gpus:
         if g.error:

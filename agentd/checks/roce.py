@@ -17,7 +17,6 @@ ECN and DCB settings):
 from __future__ import annotations
 
 from agentd.checks.common import (
-    SHORT_RATE_WINDOW_S,
     CheckInput,
     counter_change,
     exceeds,
@@ -145,7 +144,7 @@ def _cnp(inp: CheckInput, window: list[NodeSnapshot]) -> list[Finding]:
 def check_roce(inp: CheckInput) -> list[Finding]:
     """roce.ecn.disabled, roce.pfc.disabled, roce.pfc.pause_storm, roce.cnp.rate."""
     cfg = inp.config.roce
-    window = in_window(inp.history, inp.snapshot.taken_at, SHORT_RATE_WINDOW_S)
+    window = in_window(inp.history, inp.snapshot.taken_at, inp.config.thresholds.short_rate_window_s)
     out: list[Finding] = []
     for nd in _judged_netdevs(inp):
         for f in (

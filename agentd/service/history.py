@@ -24,7 +24,7 @@ from typing import Any, Callable, Hashable, Iterable, TypeVar
 from agentd.model import Hca, NodeSnapshot
 
 T = TypeVar("T")
-RATE_WINDOW_S = 600.0  # agentd.checks.common.RATE_WINDOW_S
+RATE_WINDOW_S = 600.0  # default of thresholds.rate_window_s
 
 
 def _share_items(prev: tuple[T, ...], new: tuple[T, ...], key: Callable[[T], Hashable], inner: Callable[[T, T], T] | None = None) -> tuple[T, ...]:

@@ -67,7 +67,7 @@ class Daemon:
         self.log = log or get_logger()
         self.udev = UdevWatcher(debounce_s=config.intervals.event_debounce_s, trigger=self.trigger_full, log=self.log,
                                 **({"opener": udev_opener} if udev_opener else {}))
-        self.history = History(config.thresholds.history_size, spacing_s=config.intervals.medium_s)
+        self.history = History(config.thresholds.history_size, spacing_s=config.intervals.medium_s, recent_s=config.thresholds.rate_window_s)
         self.baseline: Any = None
         self.started_at = time.time()
         self._state = State(seq=0, generated_at=self.started_at, started_at=self.started_at, config=config, stale_limits=self.stale_limits(config))

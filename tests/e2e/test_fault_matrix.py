@@ -14,7 +14,7 @@ within a CI run, recovery is driven explicitly (the ``recovery`` column says how
 - ``thresholds.flap_window_s`` is 6 s here, so flapping (and the link_downed jump of
   counter_saturated) clears by itself once the window has passed;
 - nvlink_errors (600 s rate window) and pause_storm (60 s window) use windows that are
-  not configurable (agentd.checks.common.RATE_WINDOW_S / SHORT_RATE_WINDOW_S), and the
+  left at their defaults here (thresholds.rate_window_s / short_rate_window_s), and the
   simulator leaves such counters advanced on clear, as a real node would; the test then
   resets the counters (what `nvidia-smi nvlink -r` / a driver reload does), which the
   daemon reads as a counter reset and stops reporting a rate;
@@ -167,7 +167,7 @@ def matrix(request, tmp_path_factory):
             "with no findings, the metrics and nccl.env are back to their pre-fault content.\n\n"
             f"Daemon config: intervals fast 0.2 s, medium 0.4 s, slow 0.8 s; NVML timeout 0.5 s; thresholds.flap_window_s {FLAP_WINDOW_S:g} s.\n"
             "Counter faults are judged from the daemon's own history. flapping and counter_saturated clear once the flap window\n"
-            "has passed; nvlink_errors and pause_storm use fixed 600 s / 60 s rate windows and the simulator leaves counters\n"
+            "has passed; nvlink_errors and pause_storm use the default 600 s / 60 s rate windows and the simulator leaves counters\n"
             "advanced on clear (as a real node would), so the test resets those counters (`nvidia-smi nvlink -r`, driver reload)\n"
             "and the daemon reads the reset and stops reporting a rate. counter_reset is an event: the warning shows for one\n"
             "publish (about one fast interval), so the test resets again until it has seen it.\n\n" + text
