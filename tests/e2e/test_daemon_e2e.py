@@ -13,13 +13,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from daemon_harness import agentd_cmd, free_port
 
 sim = pytest.importorskip("agentd.sim")
 if not hasattr(sim, "build_tree") or not hasattr(sim, "apply_fault"):
@@ -27,7 +27,6 @@ if not hasattr(sim, "build_tree") or not hasattr(sim, "apply_fault"):
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL = shutil.which("promtool")
 FAST_S = 0.2
 # Generous bound for "within two fast intervals" on a loaded CI machine: the poll returns
@@ -47,19 +46,6 @@ event_debounce_s = 0.1
 probe_s = 2.0
 nvml_s = 1.0
 """
-
-
-def agentd_cmd() -> list[str]:
-    exe = ROOT / ".venv" / "bin" / "agentd"
-    if exe.exists():
-        return [str(exe)]
-    return [sys.executable, "-m", "agentd.daemon"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, *, timeout: float = 5.0) -> tuple[int, bytes]:
