@@ -245,10 +245,8 @@ async def test_stop_does_not_wait_for_a_hung_collection(tmp_path):
     task = asyncio.create_task(d.run())
     await asyncio.sleep(0.2)
     assert not d.state.ready
-    t0 = time.monotonic()
     d.stop()
     assert await asyncio.wait_for(task, 5) == 0
-    assert time.monotonic() - t0 < 5  # bounded by wait_for; not a timing assertion on speed
 
 
 async def test_bind_failure_returns_1(tmp_path):
