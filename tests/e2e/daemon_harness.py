@@ -53,6 +53,19 @@ def config_text(*, fast_s: float = 0.2, medium_s: float = 0.4, slow_s: float = 0
     )
 
 
+def stop_process(proc: subprocess.Popen) -> int | None:
+    """SIGTERM, then SIGKILL after 10 s; the exit code, or None when it had to be killed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+            return None
+    return proc.returncode
+
+
 def agentd_cmd() -> list[str]:
     exe = ROOT / ".venv" / "bin" / "agentd"
     if exe.exists():
@@ -153,15 +166,7 @@ class Agent:
 
     def stop(self) -> int | None:
         try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    return self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(5)
-                    return None
-            return self.proc.returncode
+            return stop_process(self.proc)
         finally:
             self._log.close()
 

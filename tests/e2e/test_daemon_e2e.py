@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from daemon_harness import agentd_cmd, free_port
+from daemon_harness import agentd_cmd, free_port, stop_process
 
 sim = pytest.importorskip("agentd.sim")
 if not hasattr(sim, "build_tree") or not hasattr(sim, "apply_fault"):
@@ -107,15 +107,7 @@ class Agent:
         return body.decode()
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                return None
-        return self.proc.returncode
+        return stop_process(self.proc)
 
 
 @pytest.fixture
