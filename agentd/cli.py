@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear-fault", action="append", default=[], metavar="SPEC", help="undo a fault in an existing root given by --out")
     p.add_argument("--list", action="store_true", help="list profiles and fault kinds")
 
-    from agentd.bench.cli import add_bench_parser
+    from agentd.ncclbench.cli import add_bench_parser
 
     add_bench_parser(sub)
 
@@ -103,7 +103,7 @@ def _host(config: AgentConfig):
 
 def _collect(config: AgentConfig, *, rate_window: bool):
     """One snapshot, plus the one before it when counter rates are wanted."""
-    from agentd.host.collect import Collector, probes_in
+    from agentd.collection.collector import Collector, probes_in
 
     c = Collector(_host(config), config)
     c.run_sync()
@@ -117,7 +117,7 @@ def _collect(config: AgentConfig, *, rate_window: bool):
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from agentd.roles import hca_roles
+    from agentd.judging.roles import hca_roles
     from agentd.views import inspect_text, inspect_view
 
     config = _config(args)
@@ -132,8 +132,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from agentd.judge import judge
-    from agentd.service.baseline_store import BaselineError, load_baseline, save_baseline
+    from agentd.judging.judge import judge
+    from agentd.outputs.baseline_store import BaselineError, load_baseline, save_baseline
     from agentd.views import findings_json, findings_text
 
     config = _config(args)
@@ -158,10 +158,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     import difflib
 
-    from agentd.judge import judge
+    from agentd.judging.judge import judge
     from agentd.nccl import render_all
-    from agentd.service.files import read_current
-    from agentd.service.managed import ManagedFile, stable_text
+    from agentd.base.atomic import read_current
+    from agentd.outputs.managed import ManagedFile, stable_text
 
     config = _config(args)
     snap, history = _collect(config, rate_window=False)
@@ -230,7 +230,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from agentd.service.baseline_store import BaselineError, load_baseline, reset_baseline
+    from agentd.outputs.baseline_store import BaselineError, load_baseline, reset_baseline
 
     config = load_config(args.config)
     path = config.paths.baseline
@@ -246,13 +246,13 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentd.bench.cli import cmd_bench as bench
+    from agentd.ncclbench.cli import cmd_bench as bench
 
     return bench(args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agentd.daemon import main_run
+    from agentd.daemon.app import main_run
 
     return main_run(args)
 

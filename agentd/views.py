@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
-from agentd.roles import HcaRoles
+from agentd.judging.roles import HcaRoles
 
 
 def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from common import build_root, emit, run_main
 
 from agentd.config import AgentConfig
-from agentd.host.collect import Collector, probes_in
+from agentd.collection.collector import Collector, probes_in
 from agentd.host.fs import HostRoot
 
 SCOPES = (("full", None), ("fast", ("fast",)), ("medium", ("medium",)), ("slow", ("slow",)))
@@ -62,7 +62,7 @@ def cprofile(host: HostRoot, config: AgentConfig, rounds: int, top: int) -> None
         c.snapshot()
     prof.disable()
     # Probe bodies run in lane threads, which cProfile does not see; profile them inline too.
-    from agentd.host.collect import PROBES
+    from agentd.collection.collector import PROBES
     from agentd.host.fs import ReadContext
 
     prof2 = cProfile.Profile()

@@ -14,9 +14,9 @@ import pytest
 
 from agentd import sim
 from agentd.config import AgentConfig, Timeouts
-from agentd.host.collect import Collector
+from agentd.collection.collector import Collector
 from agentd.host.fs import HostRoot
-from agentd.judge import judge
+from agentd.judging.judge import judge
 
 T0 = 1_000_000.0
 LATER = 13 * 3600.0  # beyond the 12 h flap window and the 10 min rate window

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from agentd.config import HcaSelection
 from agentd.model import Gpu, Hca, IbPort, NodeSnapshot
-from agentd.roles import hca_roles, natural_key
+from agentd.base.ids import natural_key
+from agentd.judging.roles import hca_roles
 
 
 def hca(name, model, layer="InfiniBand", rate=400.0):

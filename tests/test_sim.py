@@ -319,7 +319,7 @@ EXPECT = {  # profile -> (compute port rate, compute netdev MTU, GPU count, GPU 
 
 
 def _collect(root: Path):
-    collect = pytest.importorskip("agentd.host.collect")
+    collect = pytest.importorskip("agentd.collection.collector")
     from agentd.config import AgentConfig
     from agentd.host.fs import HostRoot
 

@@ -10,9 +10,9 @@ import pytest
 from upstream import SYSFS_TREES, materialize, upstream_available
 
 from agentd.config import AgentConfig
-from agentd.host.collect import collect_once
+from agentd.collection.collector import collect_once
 from agentd.host.fs import HostRoot
-from agentd.judge import judge
+from agentd.judging.judge import judge
 
 pytestmark = pytest.mark.skipif(not upstream_available(), reason="../shared/upstream is not beside this checkout")
 

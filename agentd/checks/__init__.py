@@ -22,7 +22,7 @@ from agentd.checks import (
 )
 from agentd.checks.common import CheckInput, finding
 from agentd.model import Finding, sort_findings
-from agentd.roles import HcaRoles, hca_roles
+from agentd.judging.roles import HcaRoles, hca_roles
 
 __all__ = ["CHECKS", "CheckInput", "check_name", "run_checks"]
 

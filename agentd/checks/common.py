@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Literal, Sequence
 
-from agentd.baseline import Baseline
+from agentd.judging.baseline import Baseline
 from agentd.config import AgentConfig
 from agentd.model import Finding, IbPort, Netdev, NodeSnapshot, Severity
-from agentd.roles import HcaRoles, hca_roles
+from agentd.judging.roles import HcaRoles, hca_roles
 
 
 @dataclass(frozen=True)

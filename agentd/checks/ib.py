@@ -15,7 +15,7 @@ from __future__ import annotations
 from agentd.checks.common import CheckInput, earlier, finding, fmt, port_subject
 from agentd.config import Expectations
 from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
-from agentd.roles import HcaRoles
+from agentd.judging.roles import HcaRoles
 
 _HINT_ETH_DOWN = "check the cable, transceiver and switch port; `ip link show {nd}` and `ethtool {nd}` show the link"
 _HINT_PHYS = {

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from agentd.checks.common import CheckInput, finding, gpu_subject
 from agentd.model import Finding, PathType, PciDevice, Severity
-from agentd.roles import natural_key
+from agentd.base.ids import natural_key
 
 ACS_P2P_REQ_REDIRECT = 1 << 2
 ACS_P2P_CMPL_REDIRECT = 1 << 3

@@ -18,7 +18,7 @@ from agentd.host import ibparse
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.host.netdev import bdf_of_class_path, is_bdf, link_bdf
 from agentd.model import Gid, Hca, IbPort
-from agentd.roles import natural_key
+from agentd.base.ids import natural_key
 
 CLASS_IB = "sys/class/infiniband"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import Netdev, RoceEcn
-from agentd.roles import natural_key
+from agentd.base.ids import natural_key
 
 CLASS_NET = "sys/class/net"
 

@@ -27,7 +27,7 @@ from agentd.nccl.envfile import read_docker_env_file, read_nccl_conf, read_syste
 from agentd.nccl.envmodel import EnvVar, NcclEnv
 from agentd.nccl.topo import build_topo, render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml
-from agentd.roles import HcaRoles
+from agentd.judging.roles import HcaRoles
 
 __all__ = [
     "EnvVar",

@@ -26,7 +26,7 @@ from agentd.config import AgentConfig
 from agentd.model import Finding, NodeSnapshot
 from agentd.nccl.envmodel import EnvVar, NcclEnv, Source, clean_comment
 from agentd.nccl.validate import VALUE_CHARS, advise_var, validate_var
-from agentd.roles import HcaRoles, hca_roles
+from agentd.judging.roles import HcaRoles, hca_roles
 
 USABLE_LINK_LAYERS = ("InfiniBand", "Ethernet")
 NOT_SET_BY_DEFAULT = ("NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_ALGO", "NCCL_PROTO")

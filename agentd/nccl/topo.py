@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from agentd.model import NodeSnapshot, PciDevice
-from agentd.roles import HcaRoles
+from agentd.judging.roles import HcaRoles
 
 ALLOWED_LINK_SPEEDS = (
     "2.5 GT/s", "5 GT/s", "8 GT/s", "16 GT/s", "32 GT/s",  # kernels up to 5.6

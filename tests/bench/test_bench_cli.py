@@ -11,10 +11,10 @@ import shlex
 import pytest
 
 from agentd import sim
-from agentd.bench.cli import add_bench_parser, cmd_bench
-from agentd.bench.history import history_path, load_history
-from agentd.bench.job import BenchOptions, next_due, run_bench_job
-from agentd.bench.results import BenchRun
+from agentd.ncclbench.cli import add_bench_parser, cmd_bench
+from agentd.ncclbench.history import history_path, load_history
+from agentd.ncclbench.job import BenchOptions, next_due, run_bench_job
+from agentd.ncclbench.results import BenchRun
 from agentd.config import AgentConfig, load_config
 from agentd.host.gpuprocs import GpuProcesses
 from bench_fixtures import DATA
@@ -141,7 +141,7 @@ def test_busy_gpus_refuse_unless_forced(node, busy, capsys):
 
 
 def test_no_runner_and_bad_arguments(node, capsys, monkeypatch):
-    monkeypatch.setattr("agentd.bench.runners.torch_available", lambda: False)
+    monkeypatch.setattr("agentd.ncclbench.runners.torch_available", lambda: False)
     rc, out, _ = bench(capsys, "--config", str(node.config), "--ops", "all_gather", "--sizes", "8G")
     assert rc == 3 and "unavailable" in out and "all_gather_perf" in out
     rc, _, err = bench(capsys, "--config", str(node.config), "--ops", "allreduce")

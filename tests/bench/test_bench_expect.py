@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from agentd import sim
-from agentd.bench.expect import ExpectPolicy, Fabric, detect_fabric, expectations
+from agentd.ncclbench.expect import ExpectPolicy, Fabric, detect_fabric, expectations
 from agentd.config import AgentConfig
-from agentd.host.collect import collect_once
+from agentd.collection.collector import collect_once
 from agentd.host.fs import HostRoot
-from agentd.roles import hca_roles
+from agentd.judging.roles import hca_roles
 
 MiB = 1 << 20
 SIZES = [104857, MiB, 16 * MiB, 64 * MiB, 256 * MiB]

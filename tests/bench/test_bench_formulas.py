@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.bench.formulas import algbw_gbps, bandwidths, bus_factor, busbw_gbps, infer_n_ranks, time_resolution_us
-from agentd.bench.ncclparse import parse_nccl_tests
-from agentd.bench.results import n_ranks_of
+from agentd.ncclbench.formulas import algbw_gbps, bandwidths, bus_factor, busbw_gbps, infer_n_ranks, time_resolution_us
+from agentd.ncclbench.ncclparse import parse_nccl_tests
+from agentd.ncclbench.results import n_ranks_of
 from bench_fixtures import data
 
 # file -> (op when the file does not name it, ranks when it prints no rank lines)

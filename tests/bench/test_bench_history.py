@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from agentd.bench.history import append_run, compare, history_path, load_history, previous_comparable
-from agentd.bench.results import BenchRun, OpResult
+from agentd.ncclbench.history import append_run, compare, history_path, load_history, previous_comparable
+from agentd.ncclbench.results import BenchRun, OpResult
 
 MiB = 1 << 20
 

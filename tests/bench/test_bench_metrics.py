@@ -8,10 +8,10 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentd.bench.expect import Expectation
-from agentd.bench.metrics import FAMILIES, env_fingerprint, exposition_text, metric_families, render_into
-from agentd.bench.results import BenchRun, OpResult
-from agentd.service.metrics import Exposition
+from agentd.ncclbench.expect import Expectation
+from agentd.ncclbench.metrics import FAMILIES, env_fingerprint, exposition_text, metric_families, render_into
+from agentd.ncclbench.results import BenchRun, OpResult
+from agentd.metrics.registry import Exposition
 
 MiB = 1 << 20
 

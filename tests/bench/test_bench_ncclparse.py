@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentd.bench.ncclparse import op_from_binary, parse_nccl_tests
+from agentd.ncclbench.ncclparse import op_from_binary, parse_nccl_tests
 from bench_fixtures import DATA, data
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.bench.runners import (
+from agentd.ncclbench.runners import (
     BenchRequest,
     choose_runner,
     find_nccl_tests,
@@ -163,14 +163,14 @@ def test_runner1_empty_output_fails(tmp_path):
 
 def test_choose_runner(tmp_path, monkeypatch):
     printing(tmp_path / "bin", "all_reduce", "a3mega-h100x16-allreduce.txt")
-    monkeypatch.setattr("agentd.bench.runners.torch_available", lambda: False)
+    monkeypatch.setattr("agentd.ncclbench.runners.torch_available", lambda: False)
     r, bins, _ = choose_runner("auto", ["all_reduce"], tmp_path / "bin")
     assert r == "nccl-tests" and bins["all_reduce"].name == "all_reduce_perf"
     r, _, why = choose_runner("auto", ["all_reduce", "all_gather"], tmp_path / "bin")
     assert r is None and "all_gather_perf" in why and "agentd[bench]" in why
     r, _, _ = choose_runner("auto", ["all_reduce"], None, path=str(tmp_path / "bin"))
     assert r == "nccl-tests"
-    monkeypatch.setattr("agentd.bench.runners.torch_available", lambda: True)
+    monkeypatch.setattr("agentd.ncclbench.runners.torch_available", lambda: True)
     assert choose_runner("auto", ["all_gather"], tmp_path / "bin")[0] == "torch"
     assert choose_runner("nccl-tests", ["all_gather"], tmp_path / "bin")[0] is None
     with pytest.raises(ValueError):
@@ -197,7 +197,7 @@ def test_runner2_result_handling_with_a_fake_interpreter(tmp_path):
     assert run.status == "ok" and run.runner == "torch" and run.n_ranks == 8 and run.nccl_version == "2.21.5"
     assert run.results[0].busbw_gbps == 469.762 and run.tool_version == "2.4.0"
     argv = (tmp_path / "argv").read_text().split()
-    assert argv[:2] == ["-m", "agentd.bench.torchbench"] and "--gpus" in argv and str(256 * MiB) in argv
+    assert argv[:2] == ["-m", "agentd.ncclbench.torchbench"] and "--gpus" in argv and str(256 * MiB) in argv
     bad = dict(doc, wrong=["all_reduce 268435456 B: 5 wrong elements"])
     assert run_torch(req, python=fake_python(tmp_path, json.dumps(bad) + "\n")).status == "wrong_results"
     failed = run_torch(req, python=fake_python(tmp_path, "", rc=1))
@@ -211,7 +211,7 @@ def test_runner2_is_bounded_too(tmp_path):
 
 
 def test_torchbench_module_is_importable_without_torch():
-    from agentd.bench.torchbench import layout  # noqa: PLC0415
+    from agentd.ncclbench.torchbench import layout  # noqa: PLC0415
 
     assert layout("all_gather", 1000, 8) == (31, 248, 992)
     assert layout("reduce_scatter", 256 * MiB, 8) == (64 * MiB, 8 * MiB, 256 * MiB)

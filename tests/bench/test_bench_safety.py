@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentd.bench.safety import check_idle
+from agentd.ncclbench.safety import check_idle
 from agentd.host.fs import HostRoot
 from agentd.host.gpuprocs import GpuProcess, GpuProcesses, gpu_processes
 

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import sim
 from agentd.config import AgentConfig
-from agentd.host.collect import collect_once
+from agentd.collection.collector import collect_once
 from agentd.host.fs import HostRoot
-from agentd.service.bench_schedule import BenchScheduler
-from agentd.service.metrics import render_metrics
-from agentd.service.state import State
+from agentd.daemon.bench_schedule import BenchScheduler
+from agentd.metrics.registry import render_metrics
+from agentd.daemon.state import State
 
 
 class FakeDaemon:

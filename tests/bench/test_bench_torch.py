@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from agentd.bench.formulas import bus_factor
-from agentd.bench.runners import BenchRequest, run_torch
-from agentd.bench.torchbench import layout
+from agentd.ncclbench.formulas import bus_factor
+from agentd.ncclbench.runners import BenchRequest, run_torch
+from agentd.ncclbench.torchbench import layout
 
 torch = pytest.importorskip("torch", reason="no GPU in CI (PyTorch, the agentd[bench] extra, is not installed)")
 if not torch.cuda.is_available():

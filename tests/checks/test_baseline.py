@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from agentd.baseline import (
+from agentd.judging.baseline import (
     BASELINE_VERSION,
     BaselineError,
     baseline_from,
     baseline_from_json,
     baseline_to_json,
 )
-from agentd.roles import hca_roles
+from agentd.judging.roles import hca_roles
 
 from .builders import cfg, layout, node, with_port
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.baseline import baseline_from
+from agentd.judging.baseline import baseline_from
 from agentd.checks.ib import check_flapping, check_ports
-from agentd.roles import hca_roles
+from agentd.judging.roles import hca_roles
 
 from .builders import cfg, inp, later, node, one, only, with_counters, with_port
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agentd.baseline import baseline_from
+from agentd.judging.baseline import baseline_from
 from agentd.checks.inventory import check_inventory
-from agentd.roles import hca_roles
+from agentd.judging.roles import hca_roles
 
 from .builders import (
     cfg,

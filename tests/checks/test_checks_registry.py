@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.baseline import baseline_from
+from agentd.judging.baseline import baseline_from
 from agentd.checks import CHECKS, CheckInput, check_name, run_checks
 from agentd.model import (
     Finding,
@@ -17,7 +17,7 @@ from agentd.model import (
     overall_status,
     sort_findings,
 )
-from agentd.roles import HcaRoles, hca_roles
+from agentd.judging.roles import HcaRoles, hca_roles
 
 from .builders import (
     T0,

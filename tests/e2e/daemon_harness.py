@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from agentd.service.managed import stable_text
+from agentd.outputs.managed import stable_text
 from agentd.sim.build import pristine_root
 from agentd.sim.faults import advancing_paths
 
@@ -70,7 +70,7 @@ def agentd_cmd() -> list[str]:
     exe = ROOT / ".venv" / "bin" / "agentd"
     if exe.exists():
         return [str(exe)]
-    return [sys.executable, "-m", "agentd.daemon"]
+    return [sys.executable, "-m", "agentd.daemon.app"]
 
 
 def free_port() -> int:

@@ -38,11 +38,11 @@ import pytest
 
 from agentd import sim
 from agentd.config import AgentConfig
-from agentd.host.collect import Collector, probes_in
+from agentd.collection.collector import Collector, probes_in
 from agentd.host.fs import HostRoot
-from agentd.judge import judge
+from agentd.judging.judge import judge
 from agentd.nccl import render_all
-from agentd.service.managed import stable_text
+from agentd.outputs.managed import stable_text
 from daemon_harness import REACT_S, ROOT, Daemons, at_rest, finding_series, health_consistent, ib_hca, poll, reset_counters, sample, samples
 
 pytestmark = pytest.mark.e2e

@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 
 from agentd import sim
-from agentd.service.files import atomic_write
-from agentd.service.managed import ManagedFile, digest, read_seal, unseal
+from agentd.base.atomic import atomic_write
+from agentd.outputs.managed import ManagedFile, digest, read_seal, unseal
 from daemon_harness import REACT_S, Agent, ib_hca, poll, sample
 
 HERE = Path(__file__).resolve().parent

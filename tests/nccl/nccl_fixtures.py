@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agentd.config import AgentConfig
 from agentd.model import Finding, Gid, Gpu, Hca, IbPort, Netdev, NodeSnapshot, NumaNode, PciDevice, SystemInfo
-from agentd.roles import HcaRoles, hca_roles
+from agentd.judging.roles import HcaRoles, hca_roles
 
 NCCL_TOPO_DIR = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "nccl-topo"
 

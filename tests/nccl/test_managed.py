@@ -11,8 +11,8 @@ from nccl_fixtures import config, ib_node, roles_for
 from agentd.nccl import render_all
 from agentd.nccl.envfile import read_nccl_conf, read_systemd_env_file
 from agentd.nccl.xmlcheck import check_topo_xml
-from agentd.service import files
-from agentd.service.managed import ManagedFile, ManagedFiles, digest, read_seal, seal, unseal, write_managed
+from agentd.base import atomic as files
+from agentd.outputs.managed import ManagedFile, ManagedFiles, digest, read_seal, seal, unseal, write_managed
 
 BODY = "# NCCL settings, written by agentd\n# generated: 2026-01-01T00:00:00Z\nNCCL_IB_HCA==mlx5_0:1\n"
 

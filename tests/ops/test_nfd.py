@@ -11,8 +11,8 @@ import pytest
 
 from agentd.config import AgentConfig
 from agentd.model import Finding, GdrInfo, Gpu, Hca, IbPort, NodeSnapshot, NvLink, NvmlGpu, NvmlInfo
-from agentd.roles import HcaRoles
-from agentd.service.nfd import (
+from agentd.judging.roles import HcaRoles
+from agentd.outputs.nfd import (
     LABEL_VALUE_RE,
     default_expiry_s,
     label_value,

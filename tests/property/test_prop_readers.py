@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.config import AgentConfig
-from agentd.host.collect import collect_once
+from agentd.collection.collector import collect_once
 from agentd.host.fs import HostRoot
 from agentd.model import NodeSnapshot
 

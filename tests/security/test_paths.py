@@ -19,7 +19,7 @@ from typing import Callable
 import pytest
 
 from agentd.config import AgentConfig
-from agentd.host.collect import collect_once
+from agentd.collection.collector import collect_once
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.model import NodeSnapshot
 

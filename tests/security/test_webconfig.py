@@ -17,7 +17,7 @@ import bcrypt
 import pytest
 from aiohttp import web
 
-from agentd.service.webconfig import (
+from agentd.daemon.webconfig import (
     BasicAuth,
     WebConfigError,
     basic_auth_middleware,

@@ -23,7 +23,7 @@ from agentd.model import (
     RoceEcn,
     SystemInfo,
 )
-from agentd.service.state import Expected, FileStatus, State, TierRun
+from agentd.daemon.state import Expected, FileStatus, State, TierRun
 
 PROBES = ("system", "pci", "ib", "ib_counters", "netdev", "nvml")
 

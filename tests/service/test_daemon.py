@@ -16,11 +16,11 @@ import svc_fixtures as fixtures
 from agentd.config import AgentConfig, Intervals
 from agentd.host.fs import HostRoot
 from agentd.model import Finding
-from agentd.roles import HcaRoles
-from agentd.service.pipeline import Evaluation
-from agentd.service.state import Expected
-from agentd.service.systemd import Notifier, Watchdog
-from agentd.service.loop import Daemon
+from agentd.judging.roles import HcaRoles
+from agentd.daemon.publisher import Evaluation
+from agentd.daemon.state import Expected
+from agentd.daemon.systemd import Notifier, Watchdog
+from agentd.daemon.daemon import Daemon
 
 TIERS = {"system": "slow", "pci": "slow", "ib": "fast", "ib_counters": "medium", "netdev": "fast", "nvml": "medium"}
 

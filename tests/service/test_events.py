@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentd.service.events import Debouncer
+from agentd.daemon.events import Debouncer
 
 
 async def test_a_burst_fires_once_after_the_delay():

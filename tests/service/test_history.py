@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import svc_fixtures as fixtures
-from agentd.service.history import History, share, spans
+from agentd.collection.history import History, share, spans
 
 
 def with_port_state(snap, state: str, **counters):

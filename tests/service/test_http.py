@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 
 import svc_fixtures as fixtures
-from agentd.service.http import accepts_gzip, build_app, parse_listen, start_server
-from agentd.service.state import State
+from agentd.daemon.http import accepts_gzip, build_app, parse_listen, start_server
+from agentd.daemon.state import State
 
 
 class Source:

@@ -8,8 +8,8 @@ import time
 
 import svc_fixtures as fixtures
 from agentd.model import Finding
-from agentd.service.logging import configure_logging, get_logger, log_state_changes, state_changes
-from agentd.service.state import FileStatus
+from agentd.daemon.logging import configure_logging, get_logger, log_state_changes, state_changes
+from agentd.daemon.state import FileStatus
 
 CRIT = Finding(code="ib.port.down", severity="critical", subject="mlx5_1:1", message="DOWN")
 WARN = Finding(code="mtu.mismatch", severity="warning", subject="ens1np0", message="MTU")

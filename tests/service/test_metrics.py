@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentd.service.metrics import Exposition, Family, all_families, bus_id_label, format_value, reference_markdown
+from agentd.metrics.registry import Exposition, Family, all_families, bus_id_label, format_value, reference_markdown
 import svc_fixtures as fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def test_gzip_is_cached_and_decodes_to_the_text():
 
 def test_docs_metrics_md_matches_the_declared_families():
     doc = ROOT / "docs" / "metrics.md"
-    assert doc.read_text() == reference_markdown(), "regenerate: python -m agentd.service.metrics > docs/metrics.md"
+    assert doc.read_text() == reference_markdown(), "regenerate: python -m agentd.metrics.registry > docs/metrics.md"
 
 
 def test_area_cache_reuses_unchanged_parts_and_follows_changes():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agentd.roles import HcaRoles
-from agentd.service.pipeline import Evaluation, output_findings
-from agentd.service.state import Expected, FileStatus
+from agentd.judging.roles import HcaRoles
+from agentd.daemon.publisher import Evaluation, output_findings
+from agentd.daemon.state import Expected, FileStatus
 
 
 def ev(**kw):

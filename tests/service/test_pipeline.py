@@ -9,9 +9,9 @@ import pytest
 
 import svc_fixtures as fixtures
 from agentd.config import AgentConfig
-from agentd.roles import HcaRoles
-from agentd.service.pipeline import Evaluation, Evaluator, FileKeeper, expected_values, planned_files
-from agentd.service.state import Expected
+from agentd.judging.roles import HcaRoles
+from agentd.daemon.publisher import Evaluation, Evaluator, FileKeeper, expected_values, planned_files
+from agentd.daemon.state import Expected
 
 ROLES = HcaRoles(("mlx5_0", "mlx5_1"), (), "config")
 
@@ -94,7 +94,7 @@ def test_drift_is_detected_and_restored(tmp_path):
 
 
 def test_evaluator_reuses_the_last_evaluation_only_for_identical_inputs():
-    from agentd.service.history import share
+    from agentd.collection.history import share
 
     calls = []
 
@@ -118,7 +118,7 @@ def test_evaluator_reuses_the_last_evaluation_only_for_identical_inputs():
 
 
 def test_nfd_labels_written_on_change_and_kept_alive(tmp_path):
-    from agentd.service.pipeline import NfdKeeper
+    from agentd.daemon.publisher import NfdKeeper
 
     path = tmp_path / "features.d" / "agentd"
     c = AgentConfig(paths={"nfd_features": str(path)})

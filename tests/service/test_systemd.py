@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from agentd.service.systemd import Notifier, Watchdog
+from agentd.daemon.systemd import Notifier, Watchdog
 
 
 @pytest.fixture

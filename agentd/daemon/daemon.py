@@ -1,0 +1,351 @@
+"""The daemon's asyncio core: tier schedules, publishing States, reload, watchdog, stop.
+
+Three tier loops (fast, medium, slow at ``config.intervals``) each run their probes with
+``Collector.run`` (lanes with timeouts: a hung probe is marked stale, never waited on past
+its timeout) and then publish: snapshot -> shared with the history -> checks and NCCL
+render (worker thread, memoised) -> managed file writes (writer lane, timeout) -> a new
+State swapped whole -> metrics rendered once for it -> systemd STATUS and state-change
+logs. Publishes are serialised by a lock. A udev event (live host only) triggers one
+collection of every probe, debounced. HTTP handlers only read ``Daemon.state``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from agentd.config import AgentConfig, ConfigError, load_config
+from agentd.model import sort_findings
+from agentd.host.fs import HostRoot
+from agentd.host.runner import Lane, await_future
+from agentd.daemon import publisher as pipeline
+from agentd.daemon.bench_schedule import BenchScheduler
+from agentd.daemon.events import UdevWatcher
+from agentd.collection.history import History, share
+from agentd.daemon.http import build_app, start_server, web_options
+from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
+from agentd.metrics.agent import process_stats
+from agentd.daemon.state import FileStatus, ReloadStatus, State, TierRun, stale_probe_names, status_line, with_staleness
+from agentd.daemon.systemd import Notifier, Watchdog
+
+TIERS = ("fast", "medium", "slow")
+_UNSET: Any = object()
+class Daemon:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        host: HostRoot,
+        config_path: Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        collector: Any = None,
+        probe_tiers: Mapping[str, str] | None = None,
+        evaluate: Callable[..., pipeline.Evaluation] = pipeline.evaluate,
+        writer: pipeline.Writer | None = None,
+        notifier: Notifier | None = None,
+        watchdog: Watchdog | None = _UNSET,
+        udev_opener: Callable[[], Any] | None = None,
+        log: Any = None,
+    ):
+        if collector is None:
+            from agentd.collection.collector import PROBES, Collector
+
+            collector = Collector(host, config)
+            probe_tiers = {p.name: p.tier for p in PROBES}
+        self.config, self.host, self.config_path = config, host, config_path
+        self.overrides = dict(overrides or {})
+        self.collector = collector
+        self.probe_tiers = dict(probe_tiers or {})
+        self.evaluator = pipeline.Evaluator(evaluate)
+        self.writer = writer or pipeline.Writer()
+        self.notifier = notifier or Notifier()
+        self.watchdog = Watchdog.from_env() if watchdog is _UNSET else watchdog
+        self.log = log or get_logger()
+        self.udev = UdevWatcher(debounce_s=config.intervals.event_debounce_s, trigger=self.trigger_full, log=self.log,
+                                **({"opener": udev_opener} if udev_opener else {}))
+        self.history = History(config.thresholds.history_size, spacing_s=config.intervals.medium_s, recent_s=config.thresholds.rate_window_s)
+        self.baseline: Any = None
+        self.started_at = time.time()
+        self._state = State(seq=0, generated_at=self.started_at, started_at=self.started_at, config=config, stale_limits=self.stale_limits(config))
+        self._write_lane = Lane("writer")
+        self.bench = BenchScheduler()
+        self._tier_runs: dict[str, TierRun] = {}
+        self._start_mono = self._heartbeat_mono = time.monotonic()
+        self._last_cycle_mono: float | None = None
+        self._reload_status = ReloadStatus()
+        self._last_status_line = ""
+        self._watchdog_withheld = False
+        self._publish_lock: asyncio.Lock | None = None
+        self._stop: asyncio.Event | None = None
+        self._wake: dict[str, asyncio.Event] = {}
+        self._event_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.addresses: list[tuple[str, int]] = []
+
+    # -- what the HTTP layer reads ---------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def wedge_limit_s(self) -> float:
+        c = self.config
+        return max(10.0, 3 * (c.intervals.fast_s + max(c.timeouts.probe_s, c.timeouts.nvml_s)))
+
+    def alive(self) -> tuple[bool, str]:
+        """/livez: the event loop turns (heartbeat) and collections complete."""
+        now = time.monotonic()
+        if now - self._heartbeat_mono > 5.0:
+            return False, f"event loop heartbeat {now - self._heartbeat_mono:.1f} s old"
+        last = self._last_cycle_mono if self._last_cycle_mono is not None else self._start_mono
+        if now - last > self.wedge_limit_s():
+            return False, f"no collection completed for {now - last:.1f} s (limit {self.wedge_limit_s():.0f} s)"
+        return True, "alive"
+
+    # -- collecting and publishing -----------------------------------------------------
+    def stale_limits(self, config: AgentConfig) -> dict[str, float]:
+        iv = config.intervals
+        return {name: iv.stale_after * getattr(iv, f"{tier}_s") for name, tier in self.probe_tiers.items()}
+
+    def probes_for(self, tier: str) -> list[str]:
+        if tier in TIERS:
+            return [n for n, t in self.probe_tiers.items() if t == tier]
+        return list(self.probe_tiers)
+
+    def _snapshot_job(self) -> Callable[[], Any]:
+        """A snapshot() callable safe to run in a worker thread (a private copy of outputs)."""
+        c = self.collector
+        if dataclasses.is_dataclass(c) and isinstance(getattr(c, "outputs", None), dict):
+            return dataclasses.replace(c, outputs=dict(c.outputs)).snapshot
+        return c.snapshot
+
+    async def collect(self, tier: str) -> None:
+        """Run one tier's probes ("all"/"event": every probe) and publish a new State."""
+        t0, cpu0 = time.monotonic(), time.process_time()
+        await self.collector.run(self.probes_for(tier))
+        await self._publish(tier, t0, cpu0)
+
+    async def _publish(self, tier: str, t0: float, cpu0: float) -> None:
+        assert self._publish_lock is not None
+        async with self._publish_lock:
+            cfg, baseline = self.config, self.baseline
+            snap_job, hist = self._snapshot_job(), self.history.snapshots()
+            prev = hist[-1] if hist else None
+
+            def judge() -> tuple[Any, pipeline.Evaluation]:
+                snap = share(prev, snap_job())  # unchanged parts become the previous objects
+                return snap, self.evaluator(snap, hist, cfg, baseline, refresh_s=cfg.intervals.medium_s)
+
+            snap, ev = await asyncio.to_thread(judge)
+            snap = self.history.append(snap)
+            limits = self.stale_limits(cfg)
+            stale = stale_probe_names(snap, limits, time.time())
+            files = await self._write(ev, cfg, snap, "critical" if stale else ev.status)
+            now = time.time()
+            self._tier_runs[tier] = TierRun(tier, time.monotonic() - t0, now, time.process_time() - cpu0)
+            state = State(
+                seq=self._state.seq + 1, generated_at=now, started_at=self.started_at, config=cfg, ready=True, snapshot=snap,
+                findings=ev.findings, stale_limits=limits, compute_hcas=ev.roles.compute, hca_roles_source=ev.roles.source,
+                expected=ev.expected, files=files, nccl_env=ev.nccl_env, nccl_problems=ev.nccl_problems,
+                tiers=tuple(self._tier_runs[t] for t in (*TIERS, "all", "event") if t in self._tier_runs),
+                reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active, process=process_stats(),
+                bench=self.bench.outcome,
+            )
+            extra = [*pipeline.output_findings(ev, files), *self.bench.findings()]
+            base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
+            findings, _ = with_staleness(base, state, now)
+            if findings is not ev.findings:
+                state = dataclasses.replace(state, findings=findings)
+            await asyncio.to_thread(state.metrics_bytes)  # rendered once, off the loop thread
+            old, self._state = self._state, state
+            self._last_cycle_mono = time.monotonic()
+        log_state_changes(self.log, old, state)
+        line = status_line(state)
+        if not old.ready:
+            self.notifier.ready(line)
+        elif line != self._last_status_line:
+            self.notifier.status(line)
+        self._last_status_line = line
+
+    async def _write(self, ev: pipeline.Evaluation, cfg: AgentConfig, snap: Any, status: str) -> tuple[FileStatus, ...]:
+        """NCCL files, NFD labels and a first baseline, in the writer lane with a timeout."""
+        new_baseline = None
+        if ev.new_baseline is not None and self.baseline is None and all(p.ok for p in snap.probes):
+            new_baseline = ev.new_baseline
+        fut, started = self._write_lane.submit(self.writer.write, ev, cfg, snap, status, new_baseline)
+        if not started:
+            self.log.warning("files.write_skipped", reason="the previous write is still running (hung filesystem?)")
+            return self.writer.statuses()
+        try:
+            statuses, err = await await_future(fut, cfg.timeouts.probe_s)
+        except (TimeoutError, asyncio.TimeoutError):
+            self.log.error("files.write_timeout", timeout_s=cfg.timeouts.probe_s)
+            return tuple(dataclasses.replace(s, ok=False, error="write did not finish in time", changed=False) for s in self.writer.statuses())
+        except Exception as e:  # noqa: BLE001 - a writer bug must not stop health reporting
+            self.log.error("files.write_crashed", error=f"{type(e).__name__}: {e}")
+            return self.writer.statuses()
+        if new_baseline is not None:
+            if err is None:
+                self.baseline = new_baseline
+                self.log.info("baseline.saved", path=str(cfg.paths.baseline))
+            else:
+                self.log.error("baseline.save_failed", path=str(cfg.paths.baseline), error=err)
+        return statuses
+
+    async def _guarded(self, tier: str) -> None:
+        try:
+            await self.collect(tier)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug in one cycle must not end the service
+            self.log.exception("collection.failed", tier=tier, error=f"{type(e).__name__}: {e}")
+
+    async def _tier_loop(self, tier: str) -> None:
+        wake = self._wake[tier]
+        next_at = time.monotonic() + getattr(self.config.intervals, f"{tier}_s")
+        while True:
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(wake.wait(), delay)
+                except (TimeoutError, asyncio.TimeoutError):
+                    pass
+            if wake.is_set():  # reload: restart the schedule with the new interval
+                wake.clear()
+                next_at = time.monotonic() + getattr(self.config.intervals, f"{tier}_s")
+                continue
+            start = time.monotonic()
+            await self._guarded(tier)
+            next_at = max(start + getattr(self.config.intervals, f"{tier}_s"), time.monotonic())
+
+    def trigger_full(self) -> None:
+        """Collect every probe now (udev events, reload). Ignored until the first collection."""
+        if not self._state.ready or (self._event_task is not None and not self._event_task.done()):
+            return
+        self._event_task = asyncio.get_running_loop().create_task(self._guarded("event"))
+
+    # -- heartbeat, watchdog, reload ---------------------------------------------------
+    async def _heartbeat(self) -> None:
+        wd = self.watchdog
+        last_pet = 0.0
+        while True:
+            now = self._heartbeat_mono = time.monotonic()
+            if wd is not None and self._state.ready and now - last_pet >= wd.period_s:
+                if wd.should_pet(self._last_cycle_mono, now):
+                    self.notifier.watchdog()
+                    last_pet = now
+                    if self._watchdog_withheld:
+                        self._watchdog_withheld = False
+                        self.log.info("watchdog.resumed")
+                elif not self._watchdog_withheld:
+                    self._watchdog_withheld = True
+                    self.log.error("watchdog.withheld", reason="no collection completed within WatchdogSec/2", watchdog_s=wd.interval_s)
+            await asyncio.sleep(min(0.5, wd.period_s) if wd is not None else 0.5)
+
+    async def reload(self) -> bool:
+        """SIGHUP: load the config again; on error keep the running one. True if applied."""
+        self.notifier.reloading()
+        old = self.config
+        try:
+            new = await asyncio.to_thread(load_config, self.config_path, overrides=self.overrides or None)
+        except ConfigError as e:
+            self._reload_status = ReloadStatus(ok=False, at=time.time(), error=str(e))
+            self.log.error("config.reload_failed", error=str(e), effect="the previous configuration keeps running")
+            self.notifier.ready(status_line(self._state))
+            return False
+        fixed = {k: getattr(old, k) for k in ("listen", "host_root", "web") if getattr(new, k) != getattr(old, k)}
+        if fixed:
+            self.log.warning("config.reload_needs_restart", keys=sorted(fixed), effect="kept the running values")
+            new = new.model_copy(update=fixed)
+        self.apply_config(new)
+        self._reload_status = ReloadStatus(ok=True, at=time.time())
+        self.log.info("config.reloaded", path=str(self.config_path) if self.config_path else None)
+        self.notifier.ready(status_line(self._state))
+        self.trigger_full()
+        return True
+
+    def apply_config(self, new: AgentConfig) -> None:
+        old, self.config = self.config, new
+        self.collector = self.collector.with_config(new)
+        self.history.configure(new.thresholds.history_size, new.intervals.medium_s)
+        if (new.log_format, new.log_level) != (old.log_format, old.log_level):
+            configure_logging(new.log_format, new.log_level)
+        self.udev.set_debounce(new.intervals.event_debounce_s)
+        if new.paths.baseline != old.paths.baseline:
+            self.baseline = self._load_baseline(new)
+        for ev in self._wake.values():
+            ev.set()
+
+    def _load_baseline(self, config: AgentConfig) -> Any:
+        from agentd.outputs.baseline_store import BaselineError, load_baseline
+
+        try:
+            b = load_baseline(config.paths.baseline)
+        except BaselineError as e:
+            self.log.error("baseline.invalid", error=str(e), effect="the next healthy collection replaces it")
+            return None
+        if b is not None:
+            self.log.info("baseline.loaded", path=str(config.paths.baseline))
+        return b
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def stop(self) -> None:
+        if self._stop is not None and not self._stop.is_set():
+            self.log.info("agentd.stopping")
+            self._stop.set()
+
+    def _on_sighup(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.reload())
+        self._tasks.append(task)  # keep a reference until it is done (and cancel it on stop)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    async def _startup(self) -> None:
+        await self._guarded("all")
+        for tier in TIERS:
+            self._tasks.append(asyncio.create_task(self._tier_loop(tier), name=f"agentd-{tier}"))
+
+    async def run(self, *, on_listening: Callable[[list[tuple[str, int]]], None] | None = None) -> int:
+        """Serve until stop() (SIGTERM/SIGINT). 0 on a clean stop; 1 when the HTTP server
+        cannot start (address in use, bad web config)."""
+        loop = asyncio.get_running_loop()
+        self._publish_lock, self._stop = asyncio.Lock(), asyncio.Event()
+        self._wake = {t: asyncio.Event() for t in TIERS}
+        cfg = self.config
+        try:
+            middlewares, ssl_context = web_options(cfg)
+            runner, self.addresses = await start_server(build_app(self, middlewares=middlewares), cfg.listen, cfg.web.max_request_bytes, ssl_context=ssl_context)
+        except (OSError, ConfigError) as e:
+            self.log.error("http.start_failed", listen=cfg.listen, error=str(e) if isinstance(e, ConfigError) else (e.strerror or str(e)))
+            return 1
+        self.log.info("agentd.started", listen=cfg.listen, host_root=str(self.host.root), tls=ssl_context is not None, intervals=cfg.intervals.model_dump())
+        if on_listening is not None:
+            on_listening(self.addresses)
+        signals = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self._on_sighup}
+        for sig, handler in signals.items():
+            loop.add_signal_handler(sig, handler)
+        self.baseline = self._load_baseline(cfg)
+        if self.host.is_live:
+            self.udev.start(loop)
+        self._tasks = [
+            asyncio.create_task(self._heartbeat(), name="agentd-heartbeat"),
+            asyncio.create_task(self._startup(), name="agentd-startup"),
+            asyncio.create_task(self.bench.run_forever(self), name="agentd-bench"),
+        ]
+        try:
+            await self._stop.wait()
+        finally:
+            self.notifier.stopping()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            self.udev.stop()
+            tasks = [t for t in (*self._tasks, self._event_task) if t is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=1.0)
+            await runner.cleanup()
+            self.notifier.close()
+            self.log.info("agentd.stopped")
+        return 0

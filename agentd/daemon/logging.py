@@ -1,0 +1,99 @@
+"""structlog setup and the state-change log: one event per change, never one per cycle.
+
+``configure_logging`` renders JSON lines when stderr is not a TTY (or ``log_format =
+"json"``), a console format otherwise. ``state_changes(old, new)`` is pure: it compares two
+States and returns the events worth logging (health status changed, finding raised,
+changed or cleared, probe stale or recovered, managed file written or failing, ready).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+from agentd.daemon.state import State, stale_probes
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging(log_format: str = "auto", level: str = "info", stream: TextIO | None = None) -> None:
+    out = sys.stderr if stream is None else stream
+    fmt = log_format
+    if fmt == "auto":
+        fmt = "console" if out.isatty() else "json"
+    renderer: Any = structlog.processors.JSONRenderer(sort_keys=False) if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
+        logger_factory=structlog.WriteLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str = "agentd") -> Any:
+    return structlog.get_logger(name)
+
+
+Event = tuple[str, str, dict[str, Any]]  # (level, event name, fields)
+# ok-severity findings are facts (the GDR path in use, the nearest NIC): debug, not news.
+_LEVEL_OF = {"ok": "debug", "warning": "info", "critical": "warning"}
+
+
+def state_changes(old: State | None, new: State) -> list[Event]:
+    events: list[Event] = []
+    if new.ready and (old is None or not old.ready):
+        events.append(("info", "agentd.ready", {"status": new.status}))
+    old_status = old.status if old is not None and old.ready else None
+    if new.ready and new.status != old_status:
+        level = "warning" if new.status == "critical" else "info"
+        events.append((level, "health.status_changed", {"old": old_status, "new": new.status}))
+
+    old_f = {(f.code, f.subject): f for f in old.findings} if old is not None else {}
+    new_f = {(f.code, f.subject): f for f in new.findings}
+    for key, f in new_f.items():
+        prev = old_f.get(key)
+        fields = {"code": f.code, "subject": f.subject, "severity": f.severity, "message": f.message}
+        if prev is None:
+            events.append((_LEVEL_OF[f.severity], "finding.raised", fields))
+        elif prev.severity != f.severity:
+            events.append(("info", "finding.changed", {**fields, "old_severity": prev.severity}))
+    for key, f in old_f.items():
+        if key not in new_f:
+            level = "debug" if f.severity == "ok" else "info"
+            events.append((level, "finding.cleared", {"code": f.code, "subject": f.subject, "severity": f.severity}))
+
+    old_stale = set(stale_probes(old, old.generated_at)) if old is not None and old.ready else set()
+    new_stale = set(stale_probes(new, new.generated_at)) if new.ready else set()
+    by_name = {p.name: p for p in new.snapshot.probes} if new.snapshot else {}
+    for name in sorted(new_stale - old_stale):
+        p = by_name.get(name)
+        events.append(("warning", "probe.stale", {"probe": name, "error": p.error if p else None, "last_success_at": p.last_success_at if p else None}))
+    for name in sorted(old_stale - new_stale):
+        events.append(("info", "probe.recovered", {"probe": name}))
+
+    old_files = {f.name: f for f in old.files} if old is not None else {}
+    for f in new.files:
+        prev = old_files.get(f.name)
+        if f.changed:
+            events.append(("info", "file.written", {"file": f.name, "path": f.path}))
+        if not f.ok and (prev is None or prev.ok or prev.error != f.error):
+            events.append(("error", "file.write_failed", {"file": f.name, "path": f.path, "error": f.error}))
+        elif f.ok and prev is not None and not prev.ok:
+            events.append(("info", "file.write_recovered", {"file": f.name, "path": f.path}))
+        if f.drift and (prev is None or not prev.drift):
+            events.append(("warning", "file.drift", {"file": f.name, "path": f.path}))
+    return events
+
+
+def log_state_changes(log: Any, old: State | None, new: State) -> None:
+    for level, event, fields in state_changes(old, new):
+        getattr(log, level)(event, **fields)

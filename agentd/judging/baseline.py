@@ -1,0 +1,149 @@
+"""The inventory baseline: what a healthy node had, so later losses are findings.
+
+Pure: ``baseline_from(snapshot, roles)`` builds the record and the JSON helpers turn it
+into text and back with validation. Deciding when a snapshot is healthy enough to become
+the baseline, and writing the file atomically, is the shell's job.
+
+The inventory checks compare against it: a GPU (by PCI bus id), an HCA (by name or PCI
+bus id, so a renamed RDMA device is not "missing") or a port that was recorded and is
+gone now is ``inventory.*.missing``. Ports that were ACTIVE at baseline time also let the
+IB check judge non-compute ports (a storage port that used to be up and is down now).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+
+from pydantic import ValidationError, field_validator, model_validator
+
+from agentd.model import NodeSnapshot, Record
+from agentd.judging.roles import HcaRoles
+
+BASELINE_VERSION = 1
+_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be used; the message says why."""
+
+
+def _check_bdf(v: str | None) -> str | None:
+    if v is not None and not _BDF.fullmatch(v):
+        raise ValueError(f"{v!r} is not a PCI bus id (dddd:bb:dd.f, lowercase)")
+    return v
+
+
+class BaselineGpu(Record):
+    index: int
+    pci_bus_id: str
+    name: str | None = None
+    uuid: str | None = None
+
+    _bdf = field_validator("pci_bus_id")(_check_bdf)
+
+
+class BaselinePort(Record):
+    port: int
+    active: bool  # state was ACTIVE when the baseline was taken
+    link_layer: str | None = None
+
+
+class BaselineHca(Record):
+    name: str
+    pci_bus_id: str | None = None
+    hca_type: str | None = None
+    role: Literal["compute", "other"]
+    ports: tuple[BaselinePort, ...] = ()
+
+    _bdf = field_validator("pci_bus_id")(_check_bdf)
+
+    def port(self, number: int) -> BaselinePort | None:
+        for p in self.ports:
+            if p.port == number:
+                return p
+        return None
+
+
+class Baseline(Record):
+    version: int = BASELINE_VERSION
+    taken_at: float
+    hostname: str | None = None
+    gpus: tuple[BaselineGpu, ...] = ()
+    hcas: tuple[BaselineHca, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Baseline":
+        if self.version != BASELINE_VERSION:
+            raise ValueError(f"version {self.version} is not supported (this agentd writes {BASELINE_VERSION})")
+        bus_ids = [g.pci_bus_id for g in self.gpus]
+        if len(set(bus_ids)) != len(bus_ids):
+            raise ValueError("a GPU PCI bus id appears twice")
+        names = [h.name for h in self.hcas]
+        if len(set(names)) != len(names):
+            raise ValueError("an HCA name appears twice")
+        for h in self.hcas:
+            numbers = [p.port for p in h.ports]
+            if len(set(numbers)) != len(numbers):
+                raise ValueError(f"HCA {h.name}: a port number appears twice")
+        return self
+
+    def hca(self, name: str) -> BaselineHca | None:
+        for h in self.hcas:
+            if h.name == name:
+                return h
+        return None
+
+    def port_was_active(self, hca: str, port: int) -> bool:
+        h = self.hca(hca)
+        p = h.port(port) if h is not None else None
+        return p is not None and p.active
+
+
+def baseline_from(snapshot: NodeSnapshot, roles: HcaRoles) -> Baseline:
+    """The inventory of ``snapshot`` as a baseline (GPUs, HCAs with their ports and roles)."""
+    return Baseline(
+        taken_at=snapshot.taken_at,
+        hostname=snapshot.system.hostname,
+        gpus=tuple(
+            BaselineGpu(index=g.index, pci_bus_id=g.pci_bus_id, name=g.name, uuid=g.uuid)
+            for g in sorted(snapshot.gpus, key=lambda g: g.pci_bus_id)
+        ),
+        hcas=tuple(
+            BaselineHca(
+                name=h.name,
+                pci_bus_id=h.pci_bus_id,
+                hca_type=h.hca_type,
+                role="compute" if roles.is_compute(h.name) else "other",
+                ports=tuple(
+                    BaselinePort(port=p.port, active=p.is_active, link_layer=p.link_layer)
+                    for p in sorted(h.ports, key=lambda p: p.port)
+                ),
+            )
+            for h in sorted(snapshot.hcas, key=lambda h: h.name)
+        ),
+    )
+
+
+def baseline_to_json(baseline: Baseline) -> str:
+    return baseline.model_dump_json(indent=2) + "\n"
+
+
+def baseline_from_json(text: str | bytes) -> Baseline:
+    """Parse and validate a baseline file's content; raises BaselineError naming the key."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BaselineError(f"baseline is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise BaselineError("baseline must be a JSON object")
+    try:
+        return Baseline.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            problems.append(f"{loc}: {msg}")
+        raise BaselineError("invalid baseline: " + "; ".join(problems)) from None

@@ -1,0 +1,233 @@
+"""Fabric metrics: InfiniBand/RoCE HCA ports and their counters, RoCE PFC/ECN, netdevs."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from agentd.model import Hca, IbPort, NodeSnapshot, PathType
+from agentd.metrics.registry import Exposition, Family, bus_id_label
+
+if TYPE_CHECKING:
+    from agentd.daemon.state import State
+
+G, C = "gauge", "counter"
+DP = ("device", "port")
+GBPS_TO_BYTES = 125_000_000  # 1 Gb/s = 125 000 000 bytes/s
+
+# counters/ (PMA PortCounters[Extended]) -> metric suffix, multiplier. Names follow
+# node_exporter's infiniband collector where it has one.
+IB_COUNTERS: dict[str, tuple[str, int]] = {
+    "port_xmit_data": ("data_transmitted_bytes_total", 4),  # 4-byte words
+    "port_rcv_data": ("data_received_bytes_total", 4),
+    "port_xmit_packets": ("packets_transmitted_total", 1),
+    "port_rcv_packets": ("packets_received_total", 1),
+    "unicast_xmit_packets": ("unicast_packets_transmitted_total", 1),
+    "unicast_rcv_packets": ("unicast_packets_received_total", 1),
+    "multicast_xmit_packets": ("multicast_packets_transmitted_total", 1),
+    "multicast_rcv_packets": ("multicast_packets_received_total", 1),
+    "symbol_error": ("symbol_errors_total", 1),
+    "link_downed": ("link_downed_total", 1),
+    "link_error_recovery": ("link_error_recovery_total", 1),
+    "port_rcv_errors": ("receive_errors_total", 1),
+    "port_rcv_remote_physical_errors": ("receive_remote_physical_errors_total", 1),
+    "port_rcv_switch_relay_errors": ("receive_switch_relay_errors_total", 1),
+    "port_xmit_discards": ("transmit_discards_total", 1),
+    "port_xmit_constraint_errors": ("transmit_constraint_errors_total", 1),
+    "port_rcv_constraint_errors": ("receive_constraint_errors_total", 1),
+    "local_link_integrity_errors": ("local_link_integrity_errors_total", 1),
+    "excessive_buffer_overrun_errors": ("excessive_buffer_overrun_errors_total", 1),
+    "VL15_dropped": ("vl15_dropped_total", 1),
+    "port_xmit_wait": ("transmit_wait_ticks_total", 1),
+}
+# hw_counters/ (mlx5 driver) -> metric suffix.
+IB_HW_COUNTERS: dict[str, str] = {
+    "np_ecn_marked_roce_packets": "np_ecn_marked_roce_packets_received_total",
+    "np_cnp_sent": "np_cnp_packets_sent_total",
+    "rp_cnp_handled": "rp_cnp_packets_handled_total",
+    "rp_cnp_ignored": "rp_cnp_ignored_packets_received_total",
+    "out_of_sequence": "out_of_sequence_packets_received_total",
+    "packet_seq_err": "packet_sequence_errors_total",
+    "local_ack_timeout_err": "local_ack_timeout_errors_total",
+    "implied_nak_seq_err": "implied_nak_sequence_errors_total",
+    "rnr_nak_retry_err": "rnr_nak_retry_errors_total",
+    "out_of_buffer": "out_of_buffer_drops_total",
+    "rx_icrc_encapsulated": "received_icrc_encapsulated_errors_total",
+    "roce_adp_retrans": "roce_adp_retransmits_total",
+    "duplicate_request": "duplicate_requests_received_total",
+}
+# PMA counter widths in bits (IBTA PortCounters); a value at 2^bits-1 has stopped counting.
+COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16, "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4, "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
+    "port_xmit_data": 32, "port_rcv_data": 32, "port_xmit_packets": 32, "port_rcv_packets": 32,
+    "port_xmit_wait": 32,
+}
+_PRIO_PAUSE = re.compile(r"^(rx|tx)_prio([0-7])_pause$")
+_PRIO_PAUSE_DURATION = re.compile(r"^(rx|tx)_prio([0-7])_pause_duration$")
+_PRIO_BYTES = re.compile(r"^(rx|tx)_prio([0-7])_(bytes|packets)$")
+_DIRECTION = {"rx": "received", "tx": "transmitted"}
+
+FAMILIES: tuple[Family, ...] = (
+    Family("agentd_ib_hca_info", G, "One series per RDMA device (value 1).", ("device", "hca_type", "firmware_version", "board_id", "node_guid", "pci_bus_id", "numa_node")),
+    Family("agentd_ib_port_info", G, "Join metric (value 1): HCA port <-> netdev, link layer, PCI bus id, NUMA node, nearest GPUs (comma-separated indices) and role (compute or other).", ("device", "port", "netdev", "link_layer", "pci_bus_id", "numa_node", "nearest_gpus", "role")),
+    Family("agentd_ib_port_state_id", G, "Logical port state from ports/N/state: 1 down, 2 init, 3 armed, 4 active, 5 active_defer.", DP),
+    Family("agentd_ib_port_phys_state_id", G, "Physical port state from ports/N/phys_state: 2 polling, 3 disabled, 5 link up, 6 link error recovery.", DP),
+    Family("agentd_ib_port_rate_bytes_per_second", G, "Port rate from ports/N/rate (Gb/s x 125000000).", DP),
+    Family("agentd_ib_port_rate_expected_bytes_per_second", G, "Rate every compute port should have (expect.rate_gbps, else inferred from the compute ports).", DP),
+    Family("agentd_ib_port_width_lanes", G, "Link width in lanes (4 for 4X).", DP),
+    Family("agentd_ib_port_width_expected_lanes", G, "Width every compute port should have (expect.width, else inferred).", DP),
+    *(Family(f"agentd_ib_port_{suffix}", C, f"ports/N/counters/{name}" + (" x 4 (the PMA counts 4-byte words)." if mult == 4 else "."), DP) for name, (suffix, mult) in IB_COUNTERS.items()),
+    *(Family(f"agentd_ib_port_{suffix}", C, f"ports/N/hw_counters/{name} (mlx5).", DP) for name, suffix in IB_HW_COUNTERS.items()),
+    Family("agentd_ib_port_hw_counters_total", C, "Any other counters/ or hw_counters/ file, by its file name.", ("device", "port", "counter")),
+    Family("agentd_ib_port_hw_counters_lifespan_seconds", G, "hw_counters/lifespan: how long the driver caches hw_counters values.", DP),
+    Family("agentd_ib_port_pma_saturated", G, "1 when a fixed-width PMA counter sits at its maximum and has stopped counting (rate() would read 0); reset it with perfquery -R.", ("device", "port", "counter")),
+    Family("agentd_roce_ecn_enabled", G, "ECN for RoCE per priority from /sys/class/net/IF/ecn/roce_{np,rp}/enable (np: notification point, rp: reaction point).", ("netdev", "priority", "point")),
+    Family("agentd_roce_pfc_enabled", G, "1 when priority flow control is on for the priority.", ("netdev", "priority")),
+    Family("agentd_roce_qos_info", G, "QoS trust mode (pcp or dscp) and where the PFC configuration was read (value 1).", ("netdev", "trust", "source")),
+    Family("agentd_roce_pfc_pause_frames_total", C, "PFC pause frames per priority (ethtool rx/tx_prioN_pause).", ("netdev", "priority", "direction")),
+    Family("agentd_roce_pfc_pause_duration_seconds_total", C, "Time paused per priority (ethtool rx/tx_prioN_pause_duration, microseconds / 1e6).", ("netdev", "priority", "direction")),
+    Family("agentd_roce_priority_bytes_total", C, "Bytes per priority (ethtool rx/tx_prioN_bytes).", ("netdev", "priority", "direction")),
+    Family("agentd_roce_priority_packets_total", C, "Packets per priority (ethtool rx/tx_prioN_packets).", ("netdev", "priority", "direction")),
+    Family("agentd_netdev_info", G, "One series per network interface (value 1), with the HCA port it belongs to, if any.", ("netdev", "address", "operstate", "link_layer", "pci_bus_id", "device", "port", "master")),
+    Family("agentd_netdev_up", G, "1 when operstate is up.", ("netdev",)),
+    Family("agentd_netdev_carrier", G, "Carrier as sysfs reports it (1 link detected).", ("netdev",)),
+    Family("agentd_netdev_mtu_bytes", G, "Interface MTU.", ("netdev",)),
+    Family("agentd_netdev_mtu_expected_bytes", G, "MTU the interface should have (expect.roce_mtu for RoCE compute interfaces, expect.ipoib_mtu for IPoIB when set).", ("netdev",)),
+    Family("agentd_netdev_speed_bytes_per_second", G, "Link speed from sysfs (Mb/s x 125000); absent when unknown.", ("netdev",)),
+    Family("agentd_netdev_carrier_changes_total", C, "carrier_changes from sysfs.", ("netdev",)),
+    Family("agentd_netdev_carrier_up_changes_total", C, "carrier_up_count from sysfs.", ("netdev",)),
+    Family("agentd_netdev_carrier_down_changes_total", C, "carrier_down_count from sysfs.", ("netdev",)),
+)
+
+
+def nearest_gpus(snap: NodeSnapshot) -> dict[str, str]:
+    """HCA name -> comma-separated indices of the GPUs with the shortest PCIe path to it."""
+    best: dict[str, tuple[int, list[int]]] = {}
+    for g in snap.gpus:
+        for hca, path in g.nic_paths.items():
+            rank = int(PathType[path])
+            cur = best.get(hca)
+            if cur is None or rank < cur[0]:
+                best[hca] = (rank, [g.index])
+            elif rank == cur[0]:
+                cur[1].append(g.index)
+    return {hca: ",".join(str(i) for i in sorted(idx)) for hca, (_, idx) in best.items()}
+
+
+def _port(x: Exposition, s: "State", h: Hca, p: IbPort, near: dict[str, str]) -> None:
+    lab = (h.name, p.port)
+    role = "compute" if h.name in s.compute_hcas else "other"
+    x.add(
+        "agentd_ib_port_info",
+        (h.name, p.port, p.netdev or "", p.link_layer or "", bus_id_label(h.pci_bus_id), "" if h.numa_node is None else h.numa_node, near.get(h.name, ""), role),
+        1,
+    )
+    if p.state_id is not None:
+        x.add("agentd_ib_port_state_id", lab, p.state_id)
+    if p.phys_state_id is not None:
+        x.add("agentd_ib_port_phys_state_id", lab, p.phys_state_id)
+    if p.rate_gbps is not None:
+        x.add("agentd_ib_port_rate_bytes_per_second", lab, p.rate_gbps * GBPS_TO_BYTES)
+    exp_rate = s.expected.port_rate_gbps.get((h.name, p.port))
+    if exp_rate is not None:
+        x.add("agentd_ib_port_rate_expected_bytes_per_second", lab, exp_rate * GBPS_TO_BYTES)
+    if p.width is not None:
+        x.add("agentd_ib_port_width_lanes", lab, p.width)
+    exp_width = s.expected.port_width.get((h.name, p.port))
+    if exp_width is not None:
+        x.add("agentd_ib_port_width_expected_lanes", lab, exp_width)
+    for name, value in p.counters.items():
+        known = IB_COUNTERS.get(name)
+        if known is not None:
+            x.add(f"agentd_ib_port_{known[0]}", lab, value * known[1])
+        else:
+            x.add("agentd_ib_port_hw_counters_total", (h.name, p.port, name), value)
+        bits = COUNTER_BITS.get(name)
+        if bits is not None:
+            x.add("agentd_ib_port_pma_saturated", (h.name, p.port, name), value == (1 << bits) - 1 or value == (1 << 64) - 1)
+    for name, value in p.hw_counters.items():
+        if name == "lifespan":
+            x.add("agentd_ib_port_hw_counters_lifespan_seconds", lab, value / 1000)
+        elif name in IB_HW_COUNTERS:
+            x.add(f"agentd_ib_port_{IB_HW_COUNTERS[name]}", lab, value)
+        elif name not in p.counters:
+            x.add("agentd_ib_port_hw_counters_total", (h.name, p.port, name), value)
+
+
+def _ethtool(x: Exposition, name: str, stats: dict[str, int]) -> None:
+    for stat, value in stats.items():
+        if not stat.startswith(("rx_prio", "tx_prio")):
+            continue
+        m = _PRIO_PAUSE.match(stat)
+        if m:
+            x.add("agentd_roce_pfc_pause_frames_total", (name, m.group(2), _DIRECTION[m.group(1)]), value)
+            continue
+        m = _PRIO_PAUSE_DURATION.match(stat)
+        if m:
+            x.add("agentd_roce_pfc_pause_duration_seconds_total", (name, m.group(2), _DIRECTION[m.group(1)]), value / 1e6)
+            continue
+        m = _PRIO_BYTES.match(stat)
+        if m:
+            fam = "agentd_roce_priority_bytes_total" if m.group(3) == "bytes" else "agentd_roce_priority_packets_total"
+            x.add(fam, (name, m.group(2), _DIRECTION[m.group(1)]), value)
+
+
+def cache_key(s: "State") -> tuple[object, ...] | None:
+    snap = s.snapshot
+    if snap is None:
+        return None
+    return (snap.hcas, snap.netdevs, snap.gpus, s.expected, s.compute_hcas)
+
+
+def render(x: Exposition, s: "State") -> None:
+    snap = s.snapshot
+    if snap is None:
+        return
+    near = nearest_gpus(snap)
+    port_of_netdev: dict[str, tuple[str, int]] = {}
+    for h in snap.hcas:
+        x.add(
+            "agentd_ib_hca_info",
+            (h.name, h.hca_type or "", h.fw_ver or "", h.board_id or "", h.node_guid or "", bus_id_label(h.pci_bus_id), "" if h.numa_node is None else h.numa_node),
+            1,
+        )
+        for p in h.ports:
+            if p.netdev:
+                port_of_netdev.setdefault(p.netdev, (h.name, p.port))
+            _port(x, s, h, p, near)
+
+    for n in snap.netdevs:
+        name = n.name
+        dev, port = port_of_netdev.get(name, ("", ""))
+        x.add("agentd_netdev_info", (name, n.address or "", n.operstate or "", n.link_layer or "", bus_id_label(n.pci_bus_id), dev, port, n.master or ""), 1)
+        if n.operstate is not None:
+            x.add("agentd_netdev_up", (name,), n.operstate == "up")
+        if n.carrier is not None:
+            x.add("agentd_netdev_carrier", (name,), n.carrier)
+        if n.mtu is not None:
+            x.add("agentd_netdev_mtu_bytes", (name,), n.mtu)
+        exp = s.expected.netdev_mtu.get(name)
+        if exp is not None:
+            x.add("agentd_netdev_mtu_expected_bytes", (name,), exp)
+        if n.speed_mbps is not None:
+            x.add("agentd_netdev_speed_bytes_per_second", (name,), n.speed_mbps * 125_000)
+        if n.carrier_changes is not None:
+            x.add("agentd_netdev_carrier_changes_total", (name,), n.carrier_changes)
+        if n.carrier_up_count is not None:
+            x.add("agentd_netdev_carrier_up_changes_total", (name,), n.carrier_up_count)
+        if n.carrier_down_count is not None:
+            x.add("agentd_netdev_carrier_down_changes_total", (name,), n.carrier_down_count)
+        if n.ecn is not None:
+            for point, table in (("np", n.ecn.np), ("rp", n.ecn.rp)):
+                for prio, on in sorted(table.items()):
+                    x.add("agentd_roce_ecn_enabled", (name, prio, point), on)
+        if n.pfc is not None:
+            enabled = set(n.pfc.enabled)
+            for prio in range(8):
+                x.add("agentd_roce_pfc_enabled", (name, prio), prio in enabled)
+            x.add("agentd_roce_qos_info", (name, n.pfc.trust or "", n.pfc.source), 1)
+        if n.ethtool:
+            _ethtool(x, name, n.ethtool)

@@ -1,0 +1,130 @@
+"""``agentd bench nccl``: measure the node's collectives with the NCCL settings agentd wrote.
+
+Exit codes (like ``agentd check``): 0 every result at or above its minimum; 1 a result
+below its minimum; 2 wrong results (data corruption) or the run failed or hit the time
+limit; 3 nothing was measured (refused because the GPUs are busy, no runner, bad
+arguments or configuration).
+
+Wiring (agentd/cli.py): ``add_bench_parser(sub)`` in ``build_parser`` and
+``COMMANDS["bench"] = cmd_bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentd.ncclbench.formulas import OPS
+
+EXIT = {"ok": 0, "below_min": 1, "wrong_results": 2, "failed": 2, "timeout": 2, "refused": 3, "unavailable": 3}
+
+
+def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("bench", help="measure collectives on this node's GPUs (opt-in, needs idle GPUs)")
+    bsub = p.add_subparsers(dest="bench_command", required=True)
+    n = bsub.add_parser("nccl", help="NCCL bus bandwidth per collective and size, judged against the fabric's expected values")
+    n.add_argument("--config", type=Path, help="TOML config file (default /etc/agentd/agentd.toml, optional)")
+    n.add_argument("--host-root", type=Path, help="root of the node's filesystem (default /)")
+    n.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help=f"comma-separated collectives ({', '.join(OPS)})")
+    n.add_argument("--sizes", default="0.1M,1M,16M,64M,256M", help="comma-separated sizes, nccl-tests syntax (K/M/G = 2^10/2^20/2^30)")
+    n.add_argument("--gpus", type=int, help="GPUs to use (default: all)")
+    n.add_argument("--env-file", type=Path, help="NCCL env file to run with (default: paths.nccl_env when it exists)")
+    n.add_argument("--format", choices=("text", "json"), default="text")
+    n.add_argument("--compare", action="store_true", help="also show the change against the previous stored run")
+    n.add_argument("--compare-only", action="store_true", help="run nothing: compare the two most recent stored runs")
+    n.add_argument("--force", action="store_true", help="run even when other processes use the GPUs (or that cannot be checked)")
+    n.add_argument("--runner", choices=("auto", "nccl-tests", "torch"), default="auto")
+    n.add_argument("--transport", choices=("nvlink", "net"), default="nvlink", help="net: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, every byte through the HCAs")
+    n.add_argument("--time-limit", type=float, help="hard limit in seconds (default bench.time_limit_s)")
+    n.add_argument("--iters", type=int, default=20)
+    n.add_argument("--warmup", type=int, default=5)
+    n.add_argument("--no-check", action="store_true", help="skip the data check (nccl-tests -c 0)")
+    n.add_argument("--no-save", action="store_true", help="do not add this run to the history")
+    return p
+
+
+def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:
+    """(snapshot, current findings, compute HCAs, notes); never fails the benchmark."""
+    notes: list[str] = []
+    root = Path(config.host_root)
+    if not (root / "sys").is_dir():
+        return None, [], None, [f"{root} has no sys/: fabric unknown, no default expectations"]
+    try:
+        from agentd.collection.collector import collect_once  # noqa: PLC0415
+        from agentd.host.fs import HostRoot  # noqa: PLC0415
+        from agentd.judging.judge import judge  # noqa: PLC0415
+
+        snap = collect_once(HostRoot.at(root), config)
+        j = judge(snap, (), config, None)
+        return snap, list(j.findings), list(j.roles.compute), notes
+    except Exception as e:  # noqa: BLE001 - the benchmark still runs without the snapshot
+        return None, [], None, [f"node collection failed ({type(e).__name__}: {e}): fabric unknown"]
+
+
+def _compare_only(config: Any, fmt: str) -> int:
+    from agentd.ncclbench.history import compare, history_path, load_history  # noqa: PLC0415
+    from agentd.ncclbench.views import compare_text  # noqa: PLC0415
+
+    runs, problem = load_history(history_path(config.paths.state_dir))
+    measured = [r for r in runs if r.results]
+    if problem:
+        print(f"agentd: {problem}", file=sys.stderr)
+    if len(measured) < 2:
+        print(f"agentd: need two stored runs with results to compare, have {len(measured)}", file=sys.stderr)
+        return 3
+    before, after = measured[-2], measured[-1]
+    deltas = compare(before, after)
+    if fmt == "json":
+        json.dump({"before_started_at": before.started_at, "after_started_at": after.started_at, "compare": [d.model_dump(mode="json") for d in deltas]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(compare_text(deltas, before.started_at, after.started_at))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from agentd.ncclbench.job import BenchOptions, run_bench_job  # noqa: PLC0415
+    from agentd.ncclbench.runners import parse_sizes, validate_ops  # noqa: PLC0415
+    from agentd.ncclbench.views import compare_text, outcome_json, outcome_text  # noqa: PLC0415
+    from agentd.config import ConfigError, load_config  # noqa: PLC0415
+
+    if getattr(args, "bench_command", "nccl") != "nccl":
+        print(f"agentd: unknown bench command {args.bench_command!r}", file=sys.stderr)
+        return 3
+    try:
+        over = {"host_root": str(args.host_root)} if args.host_root is not None else None
+        config = load_config(args.config, overrides=over)
+    except ConfigError as e:
+        print(f"agentd: {e}", file=sys.stderr)
+        return 3
+    if args.compare_only:
+        return _compare_only(config, args.format)
+    try:
+        ops = validate_ops([o.strip() for o in args.ops.split(",") if o.strip()])
+        sizes = parse_sizes(args.sizes)
+        if args.gpus is not None and args.gpus < 1:
+            raise ValueError("--gpus must be at least 1")
+    except ValueError as e:
+        print(f"agentd: {e}", file=sys.stderr)
+        return 3
+    snap, current, compute, notes = _collect(config)
+    opts = BenchOptions(
+        ops=ops, sizes=sizes, gpus=args.gpus, env_file=args.env_file, env_file_explicit=args.env_file is not None,
+        runner=args.runner, transport=args.transport, force=args.force, time_limit_s=args.time_limit,
+        iters=args.iters, warmup=args.warmup, check=not args.no_check, save=not args.no_save,
+    )  # fmt: skip
+    outcome = run_bench_job(config, opts, snapshot=snap, current_findings=current, compute_hcas=compute)
+    outcome = dataclasses.replace(outcome, notes=notes + outcome.notes)
+    if args.format == "json":
+        json.dump(outcome_json(outcome), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(outcome_text(outcome))
+        if args.compare:
+            prev = outcome.previous
+            sys.stdout.write("\n" + compare_text(outcome.deltas, prev.started_at if prev else None, outcome.run.started_at))
+    return EXIT.get(outcome.run.status, 3)

@@ -1,0 +1,270 @@
+"""Managed files: written only on change, sealed, watched for drift, failures kept.
+
+Built on ``files.atomic_write`` (temp file, fsync, rename, directory fsync), so a failed
+write always leaves the previous file byte-for-byte.
+
+Seal: agentd appends one comment line ``# agentd-sha256: <hex>`` (``<!-- ... -->`` for
+``.xml``) holding the SHA-256 of the file's *stable* text: everything except that line
+and the ``generated:`` header line, which carries the time of the last change and is
+ignored in every comparison. The seal lets a restarted agentd tell an edited file (the
+body no longer matches its own seal) from a file that is merely out of date because the
+node changed while agentd was down. All seal lines are comments in every format agentd
+writes and contain no ``=`` (NCCL before 2.26 reads ``#`` lines of nccl.conf too).
+
+Drift, checked before each write:
+- ``edited``: the file's body does not match its seal (someone changed it);
+- ``replaced``: sealed, but not what this agentd process last wrote;
+- ``foreign``: no seal and no agentd header (someone else's file at our path);
+- ``deleted``: this process wrote it and it is gone.
+Drift is always reported (``drift_detected``, ``drift_total``); the file is restored
+only when ``restore_drift`` is true (config ``nccl.restore_drift``). With restore off a
+drifted file is left alone, including later content changes, until restore is turned on
+or agentd restarts (a fresh process treats a missing file as new).
+
+Not thread-safe: one writer (the daemon loop) per ManagedFiles.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from agentd.base.atomic import atomic_write, read_current
+
+Action = Literal["unchanged", "created", "written", "restored", "drift_kept", "failed"]
+DriftKind = Literal["edited", "replaced", "foreign", "deleted"]
+
+AGENTD_MARKER = "written by agentd"
+VOLATILE_RE = re.compile(r"^(?:# |<!-- )generated: ")
+SEAL_RE = re.compile(r"^(?:# |<!-- )agentd-sha256: ([0-9a-f]{64})(?: -->)?\r?\n?$")
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def stable_text(text: str) -> str:
+    """The text compared for change and drift: without seal and ``generated:`` lines."""
+    return "".join(line for line in _lines(text) if not VOLATILE_RE.match(line) and not SEAL_RE.match(line))
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(stable_text(text).encode("utf-8")).hexdigest()
+
+
+def seal(text: str, *, xml: bool) -> str:
+    """``text`` with its seal line appended (an existing seal is replaced)."""
+    body = "".join(line for line in _lines(text) if not SEAL_RE.match(line))
+    if body and not body.endswith("\n"):
+        body += "\n"
+    hexdigest = digest(body)
+    line = f"<!-- agentd-sha256: {hexdigest} -->" if xml else f"# agentd-sha256: {hexdigest}"
+    return body + line + "\n"
+
+
+def unseal(text: str) -> str:
+    return "".join(line for line in _lines(text) if not SEAL_RE.match(line))
+
+
+def read_seal(text: str) -> str | None:
+    found = [m.group(1) for line in _lines(text) if (m := SEAL_RE.match(line))]
+    return found[-1] if found else None
+
+
+@dataclass(frozen=True)
+class ManagedResult:
+    path: Path
+    action: Action
+    changed: bool  # the file on disk was replaced
+    drift: DriftKind | None = None
+    error: str | None = None
+    sha256: str | None = None  # of the bytes on disk after this call (None: unknown)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ManagedStatus:
+    """Bookkeeping of one file for metrics, /health and findings."""
+
+    name: str
+    path: str
+    ok: bool  # the last attempt succeeded (or nothing needed writing)
+    last_write_at: float | None  # unix time agentd last replaced the file
+    last_success_at: float | None  # unix time the file was last known to hold the desired content
+    last_error: str | None
+    last_error_at: float | None
+    failures_total: int
+    consecutive_failures: int
+    writes_total: int
+    drift_detected: bool
+    drift_kind: DriftKind | None
+    drift_total: int
+    last_drift_at: float | None
+    sha256: str | None
+    changed: bool  # the last call replaced the file
+
+
+class ManagedFile:
+    def __init__(self, path: Path | str, *, name: str | None = None, mode: int = 0o644):
+        self.path = Path(path)
+        self.name = name or self.path.name
+        self.mode = mode
+        self.xml = self.path.suffix == ".xml"
+        self.last_digest: str | None = None  # stable digest this process last wrote or adopted
+        self.last_write_at: float | None = None
+        self.last_success_at: float | None = None
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.failures_total = 0
+        self.consecutive_failures = 0
+        self.writes_total = 0
+        self.drift_kind: DriftKind | None = None
+        self.drift_total = 0
+        self.last_drift_at: float | None = None
+        self.sha256: str | None = None
+        self.last_action: Action | None = None
+        self._swept = False
+
+    @property
+    def drift_detected(self) -> bool:
+        return self.drift_kind is not None
+
+    def check_drift(self, current: bytes | None) -> DriftKind | None:
+        if current is None:
+            return "deleted" if self.last_digest is not None else None
+        try:
+            text = current.decode("utf-8")
+        except UnicodeDecodeError:
+            return "foreign"
+        sealed = read_seal(text)
+        if sealed is None:
+            return None if AGENTD_MARKER in text else "foreign"
+        if sealed != digest(text):
+            return "edited"
+        if self.last_digest is not None and sealed != self.last_digest:
+            return "replaced"
+        return None
+
+    def sweep_stale_temps(self, *, older_than_s: float = 60.0) -> int:
+        """Remove ``.NAME.*.tmp`` files a killed writer left beside the file (atomic_write's
+        temp names). Done once per ManagedFile, i.e. when the daemon starts managing it.
+        Only old ones: a temp file in flight lives for milliseconds, and another writer's
+        (`agentd render` run by hand) must not be pulled from under it."""
+        removed = 0
+        cutoff = time.time() - older_than_s
+        try:
+            for p in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.tmp"):
+                try:
+                    if p.lstat().st_mtime > cutoff:
+                        continue
+                    p.unlink()
+                    removed += 1
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        return removed
+
+    def write(self, content: str, *, restore_drift: bool = True, now: float | None = None) -> ManagedResult:
+        now = time.time() if now is None else now
+        if not self._swept:
+            self._swept = True
+            self.sweep_stale_temps()
+        wanted = seal(content, xml=self.xml)
+        wanted_digest = digest(wanted)
+        current = read_current(self.path)
+        drift = self.check_drift(current)
+        if drift is not None and self.drift_kind is None:
+            self.drift_total += 1
+            self.last_drift_at = now
+        self.drift_kind = drift
+        if drift is None and current is not None:
+            text = current.decode("utf-8")
+            if read_seal(text) is not None and digest(text) == wanted_digest:
+                self.last_digest = wanted_digest
+                self._success(now, current, changed=False)
+                return self._result("unchanged", False, None, None)
+        if drift is not None and not restore_drift:
+            self.last_action = "drift_kept"
+            return self._result("drift_kept", False, drift, None)
+        res = atomic_write(self.path, wanted, mode=self.mode, only_if_changed=False)
+        if not res.ok:
+            self.failures_total += 1
+            self.consecutive_failures += 1
+            self.last_error = res.error
+            self.last_error_at = now
+            self.last_action = "failed"
+            return self._result("failed", False, drift, res.error)
+        self.last_digest = wanted_digest
+        self.writes_total += 1
+        self.last_write_at = now
+        self._success(now, wanted.encode("utf-8"), changed=True)
+        if drift is not None:
+            self.drift_kind = None  # restored; the detection stays counted in drift_total
+        action: Action = "restored" if drift is not None else ("created" if current is None else "written")
+        self.last_action = action
+        return self._result(action, True, drift, None)
+
+    def _success(self, now: float, data: bytes, *, changed: bool) -> None:
+        self.last_success_at = now
+        self.last_error = None
+        self.consecutive_failures = 0
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        if not changed:
+            self.last_action = "unchanged"
+
+    def _result(self, action: Action, changed: bool, drift: DriftKind | None, error: str | None) -> ManagedResult:
+        return ManagedResult(self.path, action, changed, drift, error, self.sha256 if error is None else None)
+
+    def status(self) -> ManagedStatus:
+        return ManagedStatus(
+            name=self.name,
+            path=str(self.path),
+            ok=self.last_error is None,
+            last_write_at=self.last_write_at,
+            last_success_at=self.last_success_at,
+            last_error=self.last_error,
+            last_error_at=self.last_error_at,
+            failures_total=self.failures_total,
+            consecutive_failures=self.consecutive_failures,
+            writes_total=self.writes_total,
+            drift_detected=self.drift_detected,
+            drift_kind=self.drift_kind,
+            drift_total=self.drift_total,
+            last_drift_at=self.last_drift_at,
+            sha256=self.sha256,
+            changed=self.last_action in ("created", "written", "restored"),
+        )
+
+
+class ManagedFiles:
+    """All managed files of one daemon, keyed by path. ``restore_drift`` follows config
+    (``nccl.restore_drift``) and may change on reload."""
+
+    def __init__(self, *, restore_drift: bool = True):
+        self.restore_drift = restore_drift
+        self._files: dict[Path, ManagedFile] = {}
+
+    def file(self, path: Path | str, *, name: str | None = None, mode: int = 0o644) -> ManagedFile:
+        key = Path(os.path.abspath(path))
+        mf = self._files.get(key)
+        if mf is None:
+            mf = self._files[key] = ManagedFile(key, name=name, mode=mode)
+        return mf
+
+    def statuses(self) -> tuple[ManagedStatus, ...]:
+        return tuple(mf.status() for mf in self._files.values())
+
+
+def write_managed(path: Path | str, content: str, *, state: ManagedFiles, name: str | None = None, now: float | None = None) -> ManagedResult:
+    """Write ``content`` to ``path`` if it changed, with drift handling and bookkeeping."""
+    return state.file(path, name=name).write(content, restore_drift=state.restore_drift, now=now)
