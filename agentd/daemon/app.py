@@ -100,8 +100,3 @@ def main_run(args: Any) -> int:
     except KeyboardInterrupt:
         return 0
 
-
-if __name__ == "__main__":
-    from agentd.cli import build_parser
-
-    sys.exit(main_run(build_parser().parse_args(["run", *sys.argv[1:]])))

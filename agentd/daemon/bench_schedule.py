@@ -12,32 +12,44 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
+from agentd.config import AgentConfig
+from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
+from agentd.model import Finding
+from agentd.ncclbench.history import history_path, load_history
+from agentd.ncclbench.job import BenchOptions, BenchOutcome, next_due, run_bench_job
+from agentd.ncclbench.results import BenchRun
 
-if TYPE_CHECKING:
-    from agentd.daemon.daemon import Daemon
+
+class BenchHost(Protocol):
+    """What the scheduler needs of the daemon that runs it."""
+
+    @property
+    def config(self) -> AgentConfig: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def log(self) -> Any: ...
+    def trigger_full(self) -> None: ...
 
 
 class BenchScheduler:
     def __init__(self) -> None:
         self.lane = Lane("bench")
-        self.outcome: Any = None  # BenchOutcome
-        self._last_run: Any = None  # BenchRun, seeded from the history file
+        self.outcome: BenchOutcome | None = None
+        self._last_run: BenchRun | None = None  # seeded from the history file
 
-    def seed(self, state_dir: Any) -> None:
-        from agentd.ncclbench.history import history_path, load_history
-
+    def seed(self, state_dir: Path) -> None:
         runs, _ = load_history(history_path(state_dir))
         self._last_run = runs[-1] if runs else None
 
-    def findings(self) -> tuple[Any, ...]:
+    def findings(self) -> tuple[Finding, ...]:
         return tuple(self.outcome.findings) if self.outcome is not None else ()
 
-    async def run_forever(self, daemon: "Daemon") -> None:
-        from agentd.ncclbench.job import BenchOptions, next_due, run_bench_job
-
+    async def run_forever(self, daemon: BenchHost) -> None:
         self.seed(daemon.config.paths.state_dir)
         while True:
             cfg = daemon.config

@@ -1,11 +1,10 @@
-"""The daemon's asyncio core: tier schedules, publishing States, reload, watchdog, stop.
+"""The daemon's asyncio core: tier schedules, reload, watchdog, serving, stop.
 
 Three tier loops (fast, medium, slow at ``config.intervals``) each run their probes with
 ``Collector.run`` (lanes with timeouts: a hung probe is marked stale, never waited on past
-its timeout) and then publish: snapshot -> shared with the history -> checks and NCCL
-render (worker thread, memoised) -> managed file writes (writer lane, timeout) -> a new
-State swapped whole -> metrics rendered once for it -> systemd STATUS and state-change
-logs. Publishes are serialised by a lock. A udev event (live host only) triggers one
+its timeout) and then publish through the ``Publisher`` (agentd.daemon.publisher: judge,
+write, build the State); the daemon swaps the State whole, then sends systemd STATUS and
+logs the state changes. Publishes are serialised by a lock. A udev event (live host only) triggers one
 collection of every probe, debounced. HTTP handlers only read ``Daemon.state``.
 """
 
@@ -19,17 +18,22 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from agentd.config import AgentConfig, ConfigError, load_config
-from agentd.model import sort_findings
 from agentd.host.fs import HostRoot
-from agentd.host.runner import Lane, await_future
-from agentd.daemon import publisher as pipeline
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.events import UdevWatcher
-from agentd.collection.history import History, share
+from agentd.collection.collector import PROBES, Collector
+from agentd.collection.history import History
+from agentd.judging.baseline import Baseline
 from agentd.daemon.http import build_app, start_server, web_options
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
 from agentd.metrics.agent import process_stats
-from agentd.daemon.state import FileStatus, ReloadStatus, State, TierRun, stale_probe_names, status_line, with_staleness
+from agentd.daemon.health import status_line
+from agentd.daemon.publisher import Context, Publisher
+from agentd.daemon.state import State
+from agentd.outputs.baseline_store import BaselineError, load_baseline
+from agentd.outputs.evaluate import Evaluation, evaluate
+from agentd.outputs.writer import Writer
+from agentd.records import ReloadStatus, TierRun
 from agentd.daemon.systemd import Notifier, Watchdog
 
 TIERS = ("fast", "medium", "slow")
@@ -44,34 +48,29 @@ class Daemon:
         overrides: Mapping[str, Any] | None = None,
         collector: Any = None,
         probe_tiers: Mapping[str, str] | None = None,
-        evaluate: Callable[..., pipeline.Evaluation] = pipeline.evaluate,
-        writer: pipeline.Writer | None = None,
+        evaluate: Callable[..., Evaluation] = evaluate,
+        writer: Writer | None = None,
         notifier: Notifier | None = None,
         watchdog: Watchdog | None = _UNSET,
         udev_opener: Callable[[], Any] | None = None,
         log: Any = None,
     ):
         if collector is None:
-            from agentd.collection.collector import PROBES, Collector
-
             collector = Collector(host, config)
             probe_tiers = {p.name: p.tier for p in PROBES}
         self.config, self.host, self.config_path = config, host, config_path
         self.overrides = dict(overrides or {})
         self.collector = collector
         self.probe_tiers = dict(probe_tiers or {})
-        self.evaluator = pipeline.Evaluator(evaluate)
-        self.writer = writer or pipeline.Writer()
+        self.publisher = Publisher(evaluate=evaluate, writer=writer, log=log or get_logger())
         self.notifier = notifier or Notifier()
         self.watchdog = Watchdog.from_env() if watchdog is _UNSET else watchdog
         self.log = log or get_logger()
         self.udev = UdevWatcher(debounce_s=config.intervals.event_debounce_s, trigger=self.trigger_full, log=self.log,
                                 **({"opener": udev_opener} if udev_opener else {}))
         self.history = History(config.thresholds.history_size, spacing_s=config.intervals.medium_s, recent_s=config.thresholds.rate_window_s)
-        self.baseline: Any = None
         self.started_at = time.time()
         self._state = State(seq=0, generated_at=self.started_at, started_at=self.started_at, config=config, stale_limits=self.stale_limits(config))
-        self._write_lane = Lane("writer")
         self.bench = BenchScheduler()
         self._tier_runs: dict[str, TierRun] = {}
         self._start_mono = self._heartbeat_mono = time.monotonic()
@@ -131,35 +130,18 @@ class Daemon:
     async def _publish(self, tier: str, t0: float, cpu0: float) -> None:
         assert self._publish_lock is not None
         async with self._publish_lock:
-            cfg, baseline = self.config, self.baseline
-            snap_job, hist = self._snapshot_job(), self.history.snapshots()
-            prev = hist[-1] if hist else None
-
-            def judge() -> tuple[Any, pipeline.Evaluation]:
-                snap = share(prev, snap_job())  # unchanged parts become the previous objects
-                return snap, self.evaluator(snap, hist, cfg, baseline, refresh_s=cfg.intervals.medium_s)
-
-            snap, ev = await asyncio.to_thread(judge)
-            snap = self.history.append(snap)
+            cfg = self.config
+            snap, ev = await self.publisher.judge(self._snapshot_job(), self.history, cfg)
             limits = self.stale_limits(cfg)
-            stale = stale_probe_names(snap, limits, time.time())
-            files = await self._write(ev, cfg, snap, "critical" if stale else ev.status)
-            now = time.time()
-            self._tier_runs[tier] = TierRun(tier, time.monotonic() - t0, now, time.process_time() - cpu0)
-            state = State(
-                seq=self._state.seq + 1, generated_at=now, started_at=self.started_at, config=cfg, ready=True, snapshot=snap,
-                findings=ev.findings, stale_limits=limits, compute_hcas=ev.roles.compute, hca_roles_source=ev.roles.source,
-                expected=ev.expected, files=files, nccl_env=ev.nccl_env, nccl_problems=ev.nccl_problems,
+            files = await self.publisher.write(ev, snap, cfg, limits)
+            self._tier_runs[tier] = TierRun(tier, time.monotonic() - t0, time.time(), time.process_time() - cpu0)
+            ctx = Context(
+                config=cfg, started_at=self.started_at, seq=self._state.seq + 1, stale_limits=limits,
                 tiers=tuple(self._tier_runs[t] for t in (*TIERS, "all", "event") if t in self._tier_runs),
-                reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active, process=process_stats(),
-                bench=self.bench.outcome,
-            )
-            extra = [*pipeline.output_findings(ev, files), *self.bench.findings()]
-            base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
-            findings, _ = with_staleness(base, state, now)
-            if findings is not ev.findings:
-                state = dataclasses.replace(state, findings=findings)
-            await asyncio.to_thread(state.metrics_bytes)  # rendered once, off the loop thread
+                reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active,
+                process=process_stats(), bench=self.bench.outcome, bench_findings=self.bench.findings(),
+            )  # fmt: skip
+            state = await self.publisher.build(snap, ev, files, ctx)
             old, self._state = self._state, state
             self._last_cycle_mono = time.monotonic()
         log_state_changes(self.log, old, state)
@@ -169,31 +151,6 @@ class Daemon:
         elif line != self._last_status_line:
             self.notifier.status(line)
         self._last_status_line = line
-
-    async def _write(self, ev: pipeline.Evaluation, cfg: AgentConfig, snap: Any, status: str) -> tuple[FileStatus, ...]:
-        """NCCL files, NFD labels and a first baseline, in the writer lane with a timeout."""
-        new_baseline = None
-        if ev.new_baseline is not None and self.baseline is None and all(p.ok for p in snap.probes):
-            new_baseline = ev.new_baseline
-        fut, started = self._write_lane.submit(self.writer.write, ev, cfg, snap, status, new_baseline)
-        if not started:
-            self.log.warning("files.write_skipped", reason="the previous write is still running (hung filesystem?)")
-            return self.writer.statuses()
-        try:
-            statuses, err = await await_future(fut, cfg.timeouts.probe_s)
-        except (TimeoutError, asyncio.TimeoutError):
-            self.log.error("files.write_timeout", timeout_s=cfg.timeouts.probe_s)
-            return tuple(dataclasses.replace(s, ok=False, error="write did not finish in time", changed=False) for s in self.writer.statuses())
-        except Exception as e:  # noqa: BLE001 - a writer bug must not stop health reporting
-            self.log.error("files.write_crashed", error=f"{type(e).__name__}: {e}")
-            return self.writer.statuses()
-        if new_baseline is not None:
-            if err is None:
-                self.baseline = new_baseline
-                self.log.info("baseline.saved", path=str(cfg.paths.baseline))
-            else:
-                self.log.error("baseline.save_failed", path=str(cfg.paths.baseline), error=err)
-        return statuses
 
     async def _guarded(self, tier: str) -> None:
         try:
@@ -275,13 +232,11 @@ class Daemon:
             configure_logging(new.log_format, new.log_level)
         self.udev.set_debounce(new.intervals.event_debounce_s)
         if new.paths.baseline != old.paths.baseline:
-            self.baseline = self._load_baseline(new)
+            self.publisher.baseline = self._load_baseline(new)
         for ev in self._wake.values():
             ev.set()
 
-    def _load_baseline(self, config: AgentConfig) -> Any:
-        from agentd.outputs.baseline_store import BaselineError, load_baseline
-
+    def _load_baseline(self, config: AgentConfig) -> Baseline | None:
         try:
             b = load_baseline(config.paths.baseline)
         except BaselineError as e:
@@ -326,7 +281,7 @@ class Daemon:
         signals = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self._on_sighup}
         for sig, handler in signals.items():
             loop.add_signal_handler(sig, handler)
-        self.baseline = self._load_baseline(cfg)
+        self.publisher.baseline = self._load_baseline(cfg)
         if self.host.is_live:
             self.udev.start(loop)
         self._tasks = [

@@ -19,8 +19,9 @@ from aiohttp import web
 
 from agentd import __version__
 from agentd.config import AgentConfig
-from agentd.metrics.registry import CONTENT_TYPE
-from agentd.daemon.state import State, checks_json, health, health_json, health_text
+from agentd.base.expo import CONTENT_TYPE
+from agentd.daemon.health import checks_json, health, health_json, health_text
+from agentd.daemon.state import State
 
 JSON = "application/json"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -246,6 +247,7 @@ def web_options(config: AgentConfig) -> tuple[list[Any], Any]:
     """(middlewares, ssl context) from ``web.config_file`` (exporter-toolkit format)."""
     if config.web.config_file is None:
         return [], None
-    from agentd.daemon.webconfig import load_web_config, web_app_options
+    from agentd.daemon.auth import web_app_options
+    from agentd.daemon.webconfig import load_web_config
 
     return web_app_options(load_web_config(config.web.config_file))

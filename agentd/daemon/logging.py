@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 import structlog
 
-from agentd.daemon.state import State, stale_probes
+from agentd.daemon.state import State
+from agentd.judging.staleness import stale_probe_names
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -71,8 +72,8 @@ def state_changes(old: State | None, new: State) -> list[Event]:
             level = "debug" if f.severity == "ok" else "info"
             events.append((level, "finding.cleared", {"code": f.code, "subject": f.subject, "severity": f.severity}))
 
-    old_stale = set(stale_probes(old, old.generated_at)) if old is not None and old.ready else set()
-    new_stale = set(stale_probes(new, new.generated_at)) if new.ready else set()
+    old_stale = set(stale_probe_names(old.snapshot, old.stale_limits, old.generated_at)) if old is not None and old.ready else set()
+    new_stale = set(stale_probe_names(new.snapshot, new.stale_limits, new.generated_at)) if new.ready else set()
     by_name = {p.name: p for p in new.snapshot.probes} if new.snapshot else {}
     for name in sorted(new_stale - old_stale):
         p = by_name.get(name)

@@ -17,17 +17,8 @@ import bcrypt
 import pytest
 from aiohttp import web
 
-from agentd.daemon.webconfig import (
-    BasicAuth,
-    WebConfigError,
-    basic_auth_middleware,
-    load_web_config,
-    parse_basic_authorization,
-    parse_go_duration,
-    parse_web_config,
-    ssl_context,
-    web_app_options,
-)
+from agentd.daemon.auth import BasicAuth, basic_auth_middleware, parse_basic_authorization, web_app_options
+from agentd.daemon.webconfig import WebConfigError, load_web_config, parse_go_duration, parse_web_config, ssl_context
 
 OPENSSL = shutil.which("openssl")
 PASSWORD = "s3cret-pässword"

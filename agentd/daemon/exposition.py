@@ -1,0 +1,14 @@
+"""The daemon's ``/metrics``: the registry of every metrics area, in exposition order.
+
+``python -m agentd.daemon.exposition > docs/metrics.md`` regenerates the reference."""
+
+from __future__ import annotations
+
+from agentd.metrics import agent, fabric, node
+from agentd.metrics.registry import Registry
+from agentd.ncclbench import metrics as bench
+
+REGISTRY = Registry((agent.AREA, fabric.AREA, node.AREA, bench.AREA))
+
+if __name__ == "__main__":  # pragma: no cover - doc generator
+    print(REGISTRY.reference_markdown(), end="")
