@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+from agentd.base.ncclvars import validate_var
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_CONFIG_PATH = Path("/etc/agentd/agentd.toml")
@@ -162,8 +163,6 @@ class NcclSettings(Section):
 
 def _validated_nccl_vars(v: dict[str, str]) -> dict[str, str]:
     """Reject at load/reload time what NCCL would misread, instead of blocking renders later."""
-    from agentd.nccl.validate import validate_var  # pure; imported late to keep config light
-
     problems: list[str] = []
     for key, value in v.items():
         if not re.fullmatch(r"NCCL_[A-Z0-9_]+", key):

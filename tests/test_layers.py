@@ -19,10 +19,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agentd"
 # Lowest first. A module belongs to the first entry whose prefix names it (longest wins).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("leaves", ("agentd", "agentd.base")),
-    ("data", ("agentd.model", "agentd.config")),
+    ("data", ("agentd.model", "agentd.config", "agentd.records")),
     ("host", ("agentd.host",)),
     ("collection", ("agentd.collection",)),
-    ("judging", ("agentd.judging", "agentd.checks")),
+    ("judging", ("agentd.judging", "agentd.judging.checks")),
     ("nccl", ("agentd.nccl",)),
     ("metrics", ("agentd.metrics",)),
     ("ncclbench", ("agentd.ncclbench",)),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from agentd.judging.baseline import Baseline, baseline_from
-from agentd.checks import CheckInput, run_checks
+from agentd.judging.checks import CheckInput, run_checks
 from agentd.config import AgentConfig
 from agentd.model import Finding, NodeSnapshot, overall_status
 from agentd.judging.roles import HcaRoles, hca_roles

@@ -4,14 +4,13 @@ configuration reloads, udev events, build and process."""
 from __future__ import annotations
 
 import platform
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd import __version__
-from agentd.metrics.registry import Exposition, Family
-from agentd.daemon.state import STALE_CODE, stale_findings, stale_probes
-
-if TYPE_CHECKING:
-    from agentd.daemon.state import State
+from agentd.base.expo import Exposition, Family
+from agentd.metrics.registry import Area
+from agentd.metrics.source import MetricsSource
+from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 
 G, C = "gauge", "counter"
 FAMILIES: tuple[Family, ...] = (
@@ -55,7 +54,7 @@ FAMILIES: tuple[Family, ...] = (
 _SEV_VALUE = {"ok": 0, "degraded": 1, "critical": 2}
 
 
-def render(x: Exposition, s: "State") -> None:
+def render(x: Exposition, s: MetricsSource) -> None:
     x.add("agentd_build_info", (__version__, platform.python_version()), 1)
     if s.snapshot is not None:
         sysi, gdr = s.snapshot.system, s.snapshot.gdr
@@ -65,10 +64,10 @@ def render(x: Exposition, s: "State") -> None:
     x.add("agentd_state_generated_timestamp_seconds", (), s.generated_at)
 
     # Staleness as of the moment this State was built (the exposition is built with it).
-    stale = stale_probes(s, s.generated_at) if s.ready else ()
+    stale = stale_probe_names(s.snapshot, s.stale_limits, s.generated_at) if s.ready else ()
     findings = list(s.findings)
     if stale and not any(f.code == STALE_CODE for f in findings):
-        findings += stale_findings(s, stale, s.generated_at)
+        findings += stale_findings(s.snapshot, s.stale_limits, stale, s.generated_at)
     if s.ready:
         status = "critical" if stale else s.status
         x.add("agentd_health_status", (), _SEV_VALUE[status])
@@ -159,3 +158,6 @@ def process_stats() -> dict[str, float]:
                     "open_fds": float(_PROC.num_fds()), "threads": float(_PROC.num_threads())}
     except Exception:  # noqa: BLE001 - self statistics are optional
         return {}
+
+
+AREA = Area("agent", FAMILIES, render)

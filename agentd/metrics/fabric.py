@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from agentd.model import Hca, IbPort, NodeSnapshot, PathType
-from agentd.metrics.registry import Exposition, Family, bus_id_label
-
-if TYPE_CHECKING:
-    from agentd.daemon.state import State
+from agentd.base.expo import Exposition, Family
+from agentd.metrics.registry import Area
+from agentd.metrics.source import MetricsSource
+from agentd.base.ids import bus_id_label
 
 G, C = "gauge", "counter"
 DP = ("device", "port")
@@ -117,7 +116,7 @@ def nearest_gpus(snap: NodeSnapshot) -> dict[str, str]:
     return {hca: ",".join(str(i) for i in sorted(idx)) for hca, (_, idx) in best.items()}
 
 
-def _port(x: Exposition, s: "State", h: Hca, p: IbPort, near: dict[str, str]) -> None:
+def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, str]) -> None:
     lab = (h.name, p.port)
     role = "compute" if h.name in s.compute_hcas else "other"
     x.add(
@@ -175,14 +174,14 @@ def _ethtool(x: Exposition, name: str, stats: dict[str, int]) -> None:
             x.add(fam, (name, m.group(2), _DIRECTION[m.group(1)]), value)
 
 
-def cache_key(s: "State") -> tuple[object, ...] | None:
+def cache_key(s: MetricsSource) -> tuple[object, ...] | None:
     snap = s.snapshot
     if snap is None:
         return None
     return (snap.hcas, snap.netdevs, snap.gpus, s.expected, s.compute_hcas)
 
 
-def render(x: Exposition, s: "State") -> None:
+def render(x: Exposition, s: MetricsSource) -> None:
     snap = s.snapshot
     if snap is None:
         return
@@ -231,3 +230,6 @@ def render(x: Exposition, s: "State") -> None:
             x.add("agentd_roce_qos_info", (name, n.pfc.trust or "", n.pfc.source), 1)
         if n.ethtool:
             _ethtool(x, name, n.ethtool)
+
+
+AREA = Area("fabric", FAMILIES, render, cache_key)

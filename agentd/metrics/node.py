@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from agentd.model import GdrInfo, NodeSnapshot, PathType
-from agentd.metrics.registry import Exposition, Family, bus_id_label
-
-if TYPE_CHECKING:
-    from agentd.daemon.state import State
+from agentd.base.expo import Exposition, Family
+from agentd.metrics.registry import Area
+from agentd.metrics.source import MetricsSource
+from agentd.base.ids import bus_id_label
 
 G, C = "gauge", "counter"
 GP = ("gpu", "pci_bus_id")
@@ -51,7 +50,7 @@ def _opt(v: object) -> object:
     return "" if v is None else v
 
 
-def _pcie(x: Exposition, s: "State", snap: NodeSnapshot) -> None:
+def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
     roles: dict[str, str] = {}
     for d in snap.pci:
         if d.is_gpu and d.vendor_id == 0x10DE:
@@ -88,14 +87,14 @@ def _pcie(x: Exposition, s: "State", snap: NodeSnapshot) -> None:
             x.add("agentd_pcie_acs_redirect_enabled", lab, bool(d.acs_ctrl & 0x0C))
 
 
-def cache_key(s: "State") -> tuple[object, ...] | None:
+def cache_key(s: MetricsSource) -> tuple[object, ...] | None:
     snap = s.snapshot
     if snap is None:
         return None
     return (snap.gpus, snap.nvml, snap.pci, snap.hcas, snap.gdr, s.compute_hcas)
 
 
-def render(x: Exposition, s: "State") -> None:
+def render(x: Exposition, s: MetricsSource) -> None:
     snap = s.snapshot
     if snap is None:
         return
@@ -141,3 +140,6 @@ def render(x: Exposition, s: "State") -> None:
             (str(gdr.peermem_loaded).lower(), gdr.peermem_version or "", gdr.nvidia_driver_version or "", "" if gdr.nvidia_open_module is None else str(gdr.nvidia_open_module).lower(), gdr.kernel_release or ""),
             1,
         )
+
+
+AREA = Area("node", FAMILIES, render, cache_key)

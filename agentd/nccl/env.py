@@ -25,7 +25,7 @@ import agentd
 from agentd.config import AgentConfig
 from agentd.model import Finding, NodeSnapshot
 from agentd.nccl.envmodel import EnvVar, NcclEnv, Source, clean_comment
-from agentd.nccl.validate import VALUE_CHARS, advise_var, validate_var
+from agentd.base.ncclvars import VALUE_CHARS, advise_var, validate_var
 from agentd.judging.roles import HcaRoles, hca_roles
 
 USABLE_LINK_LAYERS = ("InfiniBand", "Ethernet")

@@ -1,11 +1,8 @@
 """The last benchmark run as Prometheus metrics. Pure: (run, expectations) -> families.
 
-Two forms of the same data, so the daemon can use either exposition path:
-
-- ``metric_families(run, expectations, now)`` -> ``list[prometheus_client.metrics_core.Metric]``
-  (for a prometheus_client ``Collector`` or ``generate_latest``);
-- ``FAMILIES`` + ``render_into(x, run, expectations)`` for agentd's own
-  ``agentd.metrics.registry.Exposition`` (the ``metrics_*`` area modules' shape).
+``render_into(x, run, expectations)`` adds the samples to an exposition; ``AREA`` is the
+metrics-registry record the daemon composes into ``/metrics`` (from its State's ``bench``,
+the last scheduled run's ``BenchOutcome``).
 
 Names follow DESIGN.md section 4: base units (bytes per second, seconds), expected values
 beside measured ones, one-hot ``..._result{status}``. Bandwidths are busbw (nccl-tests'
@@ -19,12 +16,12 @@ from __future__ import annotations
 import hashlib
 from typing import Sequence
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-
 from agentd.ncclbench.expect import Expectation
+from agentd.ncclbench.job import BenchOutcome
 from agentd.ncclbench.results import RUN_STATUSES, BenchRun
-from agentd.metrics.registry import Exposition, Family
+from agentd.base.expo import Exposition, Family
+from agentd.metrics.registry import Area
+from agentd.metrics.source import MetricsSource
 
 GB = 1e9
 P = "agentd_bench_nccl_"
@@ -73,20 +70,6 @@ def _samples(run: BenchRun | None, expected: Sequence[Expectation]) -> dict[str,
     return out
 
 
-def metric_families(run: BenchRun | None, expected: Sequence[Expectation] = ()) -> list[Metric]:
-    fams: list[Metric] = []
-    samples = _samples(run, expected)
-    for f in FAMILIES:
-        rows = samples[f.name]
-        if not rows:
-            continue
-        g = GaugeMetricFamily(f.name, f.help, labels=list(f.labels))
-        for labels, value in rows:
-            g.add_metric(list(labels), value)
-        fams.append(g)
-    return fams
-
-
 def render_into(x: Exposition, run: BenchRun | None, expected: Sequence[Expectation] = ()) -> None:
     """Add the samples to an ``Exposition`` built with ``FAMILIES`` among its families."""
     for name, rows in _samples(run, expected).items():
@@ -95,13 +78,19 @@ def render_into(x: Exposition, run: BenchRun | None, expected: Sequence[Expectat
 
 
 def exposition_text(run: BenchRun | None, expected: Sequence[Expectation] = ()) -> str:
-    """Prometheus text format of ``metric_families`` (for tests, docs and ``--format prom``)."""
-    from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
+    """The families of one run alone, as exposition text (tests, docs)."""
+    x = Exposition(FAMILIES)
+    render_into(x, run, expected)
+    return x.render().decode("utf-8")
 
-    class _C:
-        def collect(self):  # noqa: ANN202 - prometheus_client collector protocol
-            return metric_families(run, expected)
 
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_C())  # type: ignore[arg-type]
-    return generate_latest(reg).decode("utf-8")
+def render(x: Exposition, s: MetricsSource) -> None:
+    out = s.bench if isinstance(s.bench, BenchOutcome) else None
+    render_into(x, out.run if out is not None else None, out.expectations if out is not None else ())
+
+
+def cache_key(s: MetricsSource) -> tuple[object, ...]:
+    return (s.bench,)
+
+
+AREA = Area("bench", FAMILIES, render, cache_key)

@@ -18,7 +18,7 @@ from agentd.config import AgentConfig
 from agentd.collection.collector import collect_once
 from agentd.host.fs import HostRoot
 from agentd.daemon.bench_schedule import BenchScheduler
-from agentd.metrics.registry import render_metrics
+from agentd.daemon.exposition import REGISTRY
 from agentd.daemon.state import State
 
 
@@ -61,7 +61,7 @@ async def test_scheduled_run_feeds_metrics_and_findings(tmp_path):
     assert daemon.errors == []
     assert sched.outcome is not None and daemon.triggered == 1
     assert sched.outcome.run.results, sched.outcome.run
-    text = render_metrics(State(seq=1, generated_at=0, started_at=0, config=cfg, ready=True, bench=sched.outcome)).decode()
+    text = REGISTRY.render(State(seq=1, generated_at=0, started_at=0, config=cfg, ready=True, bench=sched.outcome)).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     busbw = fams["agentd_bench_nccl_bus_bandwidth_bytes_per_second"].samples
     assert busbw and all(s.value > 0 for s in busbw)

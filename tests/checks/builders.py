@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from agentd.judging.baseline import Baseline
-from agentd.checks import CheckInput
+from agentd.judging.checks import CheckInput
 from agentd.config import AgentConfig
 from agentd.model import (
     Finding,

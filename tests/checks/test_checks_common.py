@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentd.checks.common import (
+from agentd.judging.checks.common import (
     MIN_EVENTS,
     CounterChange,
     counter_change,

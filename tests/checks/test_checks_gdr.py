@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.gdr import check_gdr
+from agentd.judging.checks.gdr import check_gdr
 from agentd.model import NodeSnapshot
 
 from .builders import inp, node, one, only, problems, with_gdr

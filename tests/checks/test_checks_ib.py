@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentd.judging.baseline import baseline_from
-from agentd.checks.ib import check_flapping, check_ports
+from agentd.judging.checks.ib import check_flapping, check_ports
 from agentd.judging.roles import hca_roles
 
 from .builders import cfg, inp, later, node, one, only, with_counters, with_port

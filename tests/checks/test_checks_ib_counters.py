@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.ib_counters import check_counters
+from agentd.judging.checks.ib_counters import check_counters
 
 from .builders import cfg, inp, later, node, one, only, problems, with_counters
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentd.judging.baseline import baseline_from
-from agentd.checks.inventory import check_inventory
+from agentd.judging.checks.inventory import check_inventory
 from agentd.judging.roles import hca_roles
 
 from .builders import (

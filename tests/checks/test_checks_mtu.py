@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.mtu import check_mtu
+from agentd.judging.checks.mtu import check_mtu
 
 from .builders import cfg, inp, node, one, only, problems, with_netdev
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.nvlink import check_nvlink
+from agentd.judging.checks.nvlink import check_nvlink
 from agentd.model import NvmlInfo
 
 from .builders import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.pcie import check_acs, check_gpu_nic_paths, check_links
+from agentd.judging.checks.pcie import check_acs, check_gpu_nic_paths, check_links
 
 from .builders import (
     STORAGE_BDF,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.probes import MAX_PER_SOURCE, check_probes
+from agentd.judging.checks.probes import MAX_PER_SOURCE, check_probes
 from agentd.model import NvmlInfo, ProbeStatus, ReadError
 
 from .builders import T0, inp, node, one

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentd.judging.baseline import baseline_from
-from agentd.checks import CHECKS, CheckInput, check_name, run_checks
+from agentd.judging.checks import CHECKS, CheckInput, check_name, run_checks
 from agentd.model import (
     Finding,
     PfcConfig,

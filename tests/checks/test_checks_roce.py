@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.roce import check_roce
+from agentd.judging.checks.roce import check_roce
 from agentd.model import Netdev, PfcConfig, RoceEcn
 
 from .builders import (

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentd.nccl.validate import advise_var, split_list, validate_key, validate_var
+from agentd.base.ncclvars import advise_var, split_list, validate_key, validate_var
 
 
 def ok(key, value, **kw):

@@ -23,7 +23,10 @@ from agentd.model import (
     RoceEcn,
     SystemInfo,
 )
-from agentd.daemon.state import Expected, FileStatus, State, TierRun
+from agentd.daemon.exposition import REGISTRY
+from agentd.daemon.state import State
+from agentd.judging.expected import Expected
+from agentd.records import FileStatus, TierRun
 
 PROBES = ("system", "pci", "ib", "ib_counters", "netdev", "nvml")
 
@@ -120,4 +123,5 @@ def state(*, ready: bool = True, findings=(), snap: NodeSnapshot | None = None, 
         udev_events={("net", "change"): 3}, process={"rss_bytes": 40e6, "cpu_seconds": 1.5, "open_fds": 12, "threads": 9},
     )
     base.update(kw)
+    base.setdefault("render_metrics", REGISTRY.render)
     return State(**base)

@@ -17,8 +17,8 @@ from agentd.config import AgentConfig, Intervals
 from agentd.host.fs import HostRoot
 from agentd.model import Finding
 from agentd.judging.roles import HcaRoles
-from agentd.daemon.publisher import Evaluation
-from agentd.daemon.state import Expected
+from agentd.judging.expected import Expected
+from agentd.outputs.evaluate import Evaluation
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.daemon.daemon import Daemon
 

@@ -7,7 +7,7 @@ import time
 
 import svc_fixtures as fixtures
 from agentd.model import Finding
-from agentd.daemon.state import health, health_json, health_text, status_line
+from agentd.daemon.health import health, health_json, health_text, status_line
 
 WARN = Finding(code="mtu.mismatch", severity="warning", subject="ens1np0", message="MTU 1500, expected 9000")
 CRIT = Finding(code="ib.port.down", severity="critical", subject="mlx5_1:1", message="port DOWN, expected ACTIVE")

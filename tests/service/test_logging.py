@@ -9,7 +9,7 @@ import time
 import svc_fixtures as fixtures
 from agentd.model import Finding
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes, state_changes
-from agentd.daemon.state import FileStatus
+from agentd.records import FileStatus
 
 CRIT = Finding(code="ib.port.down", severity="critical", subject="mlx5_1:1", message="DOWN")
 WARN = Finding(code="mtu.mismatch", severity="warning", subject="ens1np0", message="MTU")

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentd.metrics.registry import Exposition, Family, all_families, bus_id_label, format_value, reference_markdown
+from agentd.base.expo import Exposition, Family, format_value
+from agentd.base.ids import bus_id_label
+from agentd.daemon.exposition import REGISTRY
 import svc_fixtures as fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +42,7 @@ def test_exposition_parses_and_follows_conventions(name, state):
     text = state.metrics_bytes()
     fams = _parse(text)
     assert fams, "no families"
-    declared = {f.name: f for f in all_families()}
+    declared = {f.name: f for f in REGISTRY.families()}
     seen: set[tuple[str, tuple]] = set()
     lines = text.decode().splitlines()
     helped = {l.split()[2] for l in lines if l.startswith("# HELP ")}
@@ -150,7 +152,7 @@ def test_gzip_is_cached_and_decodes_to_the_text():
 
 def test_docs_metrics_md_matches_the_declared_families():
     doc = ROOT / "docs" / "metrics.md"
-    assert doc.read_text() == reference_markdown(), "regenerate: python -m agentd.metrics.registry > docs/metrics.md"
+    assert doc.read_text() == REGISTRY.reference_markdown(), "regenerate: python -m agentd.daemon.exposition > docs/metrics.md"
 
 
 def test_area_cache_reuses_unchanged_parts_and_follows_changes():

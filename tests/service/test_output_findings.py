@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from agentd.judging.roles import HcaRoles
-from agentd.daemon.publisher import Evaluation, output_findings
-from agentd.daemon.state import Expected, FileStatus
-
-
-def ev(**kw):
-    return Evaluation(findings=(), status="ok", roles=HcaRoles((), (), "inferred"), expected=Expected({}, {}, {}), **kw)
+from agentd.judging.outputs import output_findings
+from agentd.records import FileStatus
 
 
 def test_healthy_outputs_raise_nothing():
-    assert output_findings(ev(), [FileStatus(name="nccl.env", path="/etc/nccl/nccl.env", ok=True)]) == []
+    assert output_findings([FileStatus(name="nccl.env", path="/etc/nccl/nccl.env", ok=True)]) == []
 
 
 def test_failed_write_drift_and_bad_render_are_warnings():
@@ -20,7 +15,7 @@ def test_failed_write_drift_and_bad_render_are_warnings():
         FileStatus(name="nccl.env", path="/etc/nccl/nccl.env", ok=False, failures_total=3, error="Read-only file system"),
         FileStatus(name="topo.xml", path="/etc/nccl/topo.xml", ok=True, drift=True),
     ]
-    got = {(f.code, f.severity, f.subject): f for f in output_findings(ev(nccl_problems=("NCCL_IB_TC: 300 is outside 0-255",)), files)}
+    got = {(f.code, f.severity, f.subject): f for f in output_findings(files, nccl_problems=("NCCL_IB_TC: 300 is outside 0-255",))}
     assert set(got) == {
         ("nccl.file.write_failed", "warning", "nccl.env"),
         ("nccl.file.drift", "warning", "topo.xml"),

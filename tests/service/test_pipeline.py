@@ -10,8 +10,9 @@ import pytest
 import svc_fixtures as fixtures
 from agentd.config import AgentConfig
 from agentd.judging.roles import HcaRoles
-from agentd.daemon.publisher import Evaluation, Evaluator, FileKeeper, expected_values, planned_files
-from agentd.daemon.state import Expected
+from agentd.judging.expected import Expected, expected_values
+from agentd.outputs.evaluate import Evaluation, Evaluator
+from agentd.outputs.writer import FileKeeper, NfdKeeper, planned_files
 
 ROLES = HcaRoles(("mlx5_0", "mlx5_1"), (), "config")
 
@@ -118,7 +119,6 @@ def test_evaluator_reuses_the_last_evaluation_only_for_identical_inputs():
 
 
 def test_nfd_labels_written_on_change_and_kept_alive(tmp_path):
-    from agentd.daemon.publisher import NfdKeeper
 
     path = tmp_path / "features.d" / "agentd"
     c = AgentConfig(paths={"nfd_features": str(path)})

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from agentd.checks import (
+from agentd.judging.checks import (
     gdr,
     ib,
     ib_counters,
@@ -20,7 +20,7 @@ from agentd.checks import (
     probes,
     roce,
 )
-from agentd.checks.common import CheckInput, finding
+from agentd.judging.checks.common import CheckInput, finding
 from agentd.model import Finding, sort_findings
 from agentd.judging.roles import HcaRoles, hca_roles
 
@@ -45,7 +45,7 @@ CHECKS: tuple[Check, ...] = (
 
 
 def check_name(check: Check) -> str:
-    """``ib.check_ports`` for agentd.checks.ib.check_ports (the subject of agentd.check.error)."""
+    """``ib.check_ports`` for agentd.judging.checks.ib.check_ports (the subject of agentd.check.error)."""
     module = getattr(check, "__module__", "") or ""
     return f"{module.rsplit('.', 1)[-1]}.{getattr(check, '__name__', repr(check))}"
 

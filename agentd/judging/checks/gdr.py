@@ -12,7 +12,7 @@ Judged only on nodes with GPUs and compute HCAs.
 
 from __future__ import annotations
 
-from agentd.checks.common import CheckInput, finding
+from agentd.judging.checks.common import CheckInput, finding
 from agentd.model import Finding, GdrInfo, NodeSnapshot
 
 DMABUF_MIN_CUDA = 11070  # CUDA driver API version 11.7

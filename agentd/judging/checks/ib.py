@@ -12,7 +12,7 @@ HCA model and link layer.
 
 from __future__ import annotations
 
-from agentd.checks.common import CheckInput, earlier, finding, fmt, port_subject
+from agentd.judging.checks.common import CheckInput, earlier, finding, fmt, port_subject
 from agentd.config import Expectations
 from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
 from agentd.judging.roles import HcaRoles

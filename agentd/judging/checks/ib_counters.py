@@ -8,7 +8,7 @@ The finding code is ``ib.counter.<name>``: one stable code per counter.
 
 from __future__ import annotations
 
-from agentd.checks.common import (
+from agentd.judging.checks.common import (
     CheckInput,
     cap,
     counter_change,

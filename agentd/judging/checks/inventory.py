@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.common import CheckInput, finding, port_subject
+from agentd.judging.checks.common import CheckInput, finding, port_subject
 from agentd.model import Finding
 
 _GPU_CHECK = "check `lspci -d 10de:` and dmesg (Xid 79, AER, link down); reseat or RMA the GPU"

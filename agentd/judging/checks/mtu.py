@@ -12,7 +12,7 @@ not NCCL's data path) only when ``expect.ipoib_mtu`` is set.
 
 from __future__ import annotations
 
-from agentd.checks.common import CheckInput, finding, port_subject, roce_compute_ports
+from agentd.judging.checks.common import CheckInput, finding, port_subject, roce_compute_ports
 from agentd.model import Finding
 
 

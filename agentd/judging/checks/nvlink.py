@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from agentd.checks.common import (
+from agentd.judging.checks.common import (
     CheckInput,
     counter_change,
     exceeds,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentd.checks.common import CheckInput, finding, gpu_subject
+from agentd.judging.checks.common import CheckInput, finding, gpu_subject
 from agentd.model import Finding, PathType, PciDevice, Severity
 from agentd.base.ids import natural_key
 

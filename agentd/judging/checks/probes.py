@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agentd.checks.common import CheckInput, finding, fmt
+from agentd.judging.checks.common import CheckInput, finding, fmt
 from agentd.model import Finding, ProbeStatus, ReadError
 
 MAX_PER_SOURCE = 5

@@ -16,7 +16,7 @@ ECN and DCB settings):
 
 from __future__ import annotations
 
-from agentd.checks.common import (
+from agentd.judging.checks.common import (
     CheckInput,
     counter_change,
     exceeds,

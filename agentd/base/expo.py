@@ -1,0 +1,94 @@
+"""The Prometheus text exposition engine (format 0.0.4): families declared once, samples
+rendered straight to text. A leaf: it knows the format, nothing of agentd's data.
+
+The text is generated directly instead of through prometheus_client's registry: one
+render per State, memoised per area (agentd.metrics.registry), costs less than building
+client objects, and the output is checked with prometheus_client's parser and
+``promtool check metrics`` in the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Literal
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MetricType = Literal["gauge", "counter"]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+def _escape_label(v: str) -> str:
+    if "\\" in v or '"' in v or "\n" in v:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return v
+
+
+def _escape_help(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(v: float | int | bool) -> str:
+    cls = v.__class__
+    if cls is int:
+        return str(v)
+    if cls is bool:
+        return "1" if v else "0"
+    if cls is not float:
+        v = float(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v.is_integer() and abs(v) < 2**53:
+        return str(int(v))
+    return repr(v)
+
+
+def _label_text(v: object) -> str:
+    if v.__class__ is int:
+        return str(v)
+    return _escape_label("" if v is None else str(v))
+
+
+def _template(fam: Family) -> str:
+    if not fam.labels:
+        return fam.name + " {}"
+    return fam.name + "{{" + ",".join(f'{k}="{{}}"' for k in fam.labels) + "}} {}"
+
+
+class Exposition:
+    """Collects samples per family and renders them in declaration order."""
+
+    __slots__ = ("_families", "_samples", "_templates")
+
+    def __init__(self, families: Iterable[Family]):
+        self._families = {f.name: f for f in families}
+        self._samples: dict[str, list[str]] = {name: [] for name in self._families}
+        self._templates = {f.name: _template(f) for f in self._families.values()}
+
+    def add(self, name: str, labels: tuple[object, ...], value: float | int | bool) -> None:
+        if len(labels) != len(self._families[name].labels):
+            raise ValueError(f"{name}: expected labels {self._families[name].labels}, got {labels!r}")
+        self._samples[name].append(self._templates[name].format(*map(_label_text, labels), format_value(value)))
+
+    def render(self) -> bytes:
+        out: list[str] = []
+        for name, fam in self._families.items():
+            samples = self._samples[name]
+            if not samples:
+                continue
+            out.append(f"# HELP {name} {_escape_help(fam.help)}")
+            out.append(f"# TYPE {name} {fam.type}")
+            out.extend(samples)
+        if not out:
+            return b""
+        out.append("")
+        return "\n".join(out).encode("utf-8")

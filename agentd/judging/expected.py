@@ -1,0 +1,44 @@
+"""Expected values exported beside the measured ones (``..._expected``), from the same
+rules the checks apply, so alert rules need no hard-coded thresholds. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from agentd.judging.checks.ib import expected_port_values
+from agentd.config import AgentConfig
+from agentd.judging.roles import HcaRoles
+from agentd.model import NodeSnapshot
+
+
+@dataclass(frozen=True)
+class Expected:
+    port_rate_gbps: Mapping[tuple[str, int], float] = field(default_factory=dict)
+    port_width: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    netdev_mtu: Mapping[str, int] = field(default_factory=dict)
+
+
+def expected_values(snap: NodeSnapshot, roles: HcaRoles, config: AgentConfig) -> Expected:
+    """Port rate and width from agentd.judging.checks.ib (one definition for both), MTU per
+    agentd.judging.checks.mtu's rule (RoCE compute netdevs: expect.roce_mtu; IPoIB only when
+    expect.ipoib_mtu is set)."""
+    rates: dict[tuple[str, int], float] = {}
+    widths: dict[tuple[str, int], int] = {}
+    for key, (rate, width) in expected_port_values(snap, roles, config.expect).items():
+        if rate:
+            rates[key] = rate
+        if width:
+            widths[key] = width
+    mtus: dict[str, int] = {}
+    exp = config.expect
+    for h in snap.hcas:
+        if roles.is_compute(h.name):
+            for p in h.ports:
+                if p.link_layer == "Ethernet" and p.netdev:
+                    mtus[p.netdev] = exp.roce_mtu
+    if exp.ipoib_mtu is not None:
+        for nd in snap.netdevs:
+            if nd.link_layer == "InfiniBand":
+                mtus[nd.name] = exp.ipoib_mtu
+    return Expected(port_rate_gbps=rates, port_width=widths, netdev_mtu=mtus)

@@ -1,0 +1,88 @@
+"""What one snapshot means: judge it (as `agentd check` does), derive the expected values
+and render the NCCL files. ``evaluate`` is pure and runs in a worker thread on immutable
+inputs; ``Evaluator`` memoises it across cycles that changed nothing."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from agentd.config import AgentConfig
+from agentd.judging.expected import Expected, expected_values
+from agentd.judging.judge import judge
+from agentd.judging.roles import HcaRoles
+from agentd.model import Finding, NodeSnapshot
+from agentd.nccl import render_all
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    findings: tuple[Finding, ...]
+    status: str
+    roles: HcaRoles
+    expected: Expected
+    render: Any = None  # agentd.nccl.NcclRender when nccl.enabled
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    nccl_problems: tuple[str, ...] = ()
+    new_baseline: Any = None  # agentd.judging.baseline.Baseline
+
+
+def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Any) -> Evaluation:
+    """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does) and render NCCL files."""
+    j = judge(snap, history, config, baseline)
+    ev = Evaluation(
+        findings=tuple(j.findings),
+        status=j.status,
+        roles=j.roles,
+        expected=expected_values(snap, j.roles, config),
+        new_baseline=j.new_baseline,
+    )
+    if not config.nccl.enabled:
+        return ev
+    try:
+        r = render_all(snap, list(j.findings), config, j.roles)
+    except Exception as e:  # noqa: BLE001 - a renderer bug must not stop health reporting
+        return replace(ev, nccl_problems=(f"renderer failed: {type(e).__name__}: {e}",))
+    env = r.env
+    items = tuple(env.items()) if hasattr(env, "items") else tuple(dict(env).items())
+    return replace(ev, render=r, nccl_env=tuple((str(k), str(v)) for k, v in items), nccl_problems=tuple(r.problems))
+
+
+_CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "read_errors")
+
+
+def _probe_flags(snap: NodeSnapshot) -> tuple[tuple[str, bool, bool, bool], ...]:
+    return tuple((p.name, p.ok, p.timed_out, p.stale) for p in snap.probes)
+
+
+@dataclass
+class Evaluator:
+    """``evaluate`` with a memo: when a snapshot's parts are the very objects of the last
+    evaluated one (``history.share`` makes unchanged parts identical), the probes are as
+    healthy as before, config and baseline are the same objects, and the last evaluation is
+    younger than ``refresh_s``, the last Evaluation is returned. Most fast cycles of a
+    steady node change nothing; time-dependent findings (rates over a window) are still
+    refreshed every ``refresh_s`` (the medium interval)."""
+
+    fn: Callable[..., Evaluation] = evaluate
+    hits: int = 0
+    _last: tuple[Any, ...] | None = None
+
+    def __call__(self, snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Any, *, refresh_s: float) -> Evaluation:
+        now = time.monotonic()
+        last = self._last
+        if last is not None:
+            psnap, ev, pcfg, pbase, at = last
+            if (
+                pcfg is config
+                and pbase is baseline
+                and now - at < refresh_s
+                and all(getattr(snap, f) is getattr(psnap, f) for f in _CONTENT)
+                and _probe_flags(snap) == _probe_flags(psnap)
+            ):
+                self.hits += 1
+                return ev
+        ev = self.fn(snap, history, config, baseline)
+        self._last = (snap, ev, config, baseline, now)
+        return ev
