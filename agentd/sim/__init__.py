@@ -26,12 +26,13 @@ nvml.json schema: ``{"driver_version": "550.90.07", "cuda_driver_version": 12040
 Where a regular file cannot behave like sysfs, the tree says so by absence: empty GID
 slots have no ``gid_attrs/types|ndevs/<i>`` files (the kernel answers EINVAL), ``lo``
 has no ``speed``. An "unreadable" file is a directory (EISDIR), since root reads any
-mode. Module docstrings of build, rdma, net, node, faults and fault_kinds give details.
+mode. Module docstrings of build, pci, rdma, net, node, faults and fault_kinds give details.
 """
 
-from agentd.sim.build import build_tree, pci_layout
+from agentd.sim.build import build_tree
 from agentd.sim.fault_kinds import describe_kinds
 from agentd.sim.faults import FAULT_KINDS, Fault, applied_faults, apply_fault, clear_fault, parse_fault
+from agentd.sim.pci import pci_layout
 from agentd.sim.profiles import PROFILES, Profile
 
 __all__ = [

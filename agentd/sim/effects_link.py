@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from agentd.sim.build import PciNode, pci_device_paths
 from agentd.sim.net import format_mlnx_qos
+from agentd.sim.pci import PciNode, pci_device_paths
 from agentd.sim.pcicfg import GEN_SPEED, SPEED_GEN, set_acs_ctrl, set_link_status
 from agentd.sim.targets import Ctx, Target
 from agentd.sim.tree import remove_path, write_attr

@@ -5,8 +5,8 @@ Same contract as effects_link: apply / restores / advancing per fault kind.
 
 from __future__ import annotations
 
-from agentd.sim.build import pci_device_paths
 from agentd.sim.node import driver_version_text, modules_text
+from agentd.sim.pci import pci_device_paths
 from agentd.sim.targets import Ctx, NvmlField, Target
 from agentd.sim.tree import remove_path
 

@@ -34,9 +34,11 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from agentd.sim.build import MARKER, get_profile, pci_layout, pristine_root
-from agentd.sim.fault_kinds import KINDS
+from agentd.sim.fault_kinds import KINDS, Kind
+from agentd.sim.pci import pci_layout
+from agentd.sim.pristine import MARKER, get_profile, pristine_root
 from agentd.sim.targets import Ctx, NvmlField, Target, resolve_target
 from agentd.sim.tree import restore_path
 
@@ -128,12 +130,13 @@ def applied_faults(root: str | Path) -> list[str]:
 
 def _resolve(ctx: Ctx, fault: Fault) -> Target:
     try:
-        return resolve_target(ctx, KINDS[fault.kind], fault)
+        kind = KINDS[fault.kind]
+        return resolve_target(ctx, kind.target, fault.target, links=kind.links, port_files=kind.port_files)
     except ValueError as e:
         raise ValueError(f"fault {fault.spec!r} on profile {ctx.profile.name}: {e}") from None
 
 
-def _value(ctx: Ctx, fault: Fault, target: Target):
+def _value(ctx: Ctx, fault: Fault, target: Target) -> Any:
     kind = KINDS[fault.kind]
     value = kind.value(fault.value) if kind.value and fault.value is not None else None
     if value is None and kind.default is not None:
@@ -141,7 +144,7 @@ def _value(ctx: Ctx, fault: Fault, target: Target):
     return value
 
 
-def _recorded(kind, text: str | None):
+def _recorded(kind: Kind, text: str | None) -> Any:
     return kind.value(text) if kind.value and text is not None else None
 
 

@@ -21,14 +21,11 @@ att/netarbiter output: trust dscp, PFC on the profile's RoCE priority only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from agentd.sim.pci import PciNode
 from agentd.sim.profiles import HcaSpec, Profile
 from agentd.sim.rdma import guid_bytes, mac_of
 from agentd.sim.tree import symlink, write_attr
-
-if TYPE_CHECKING:
-    from agentd.sim.build import PciNode
 
 ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
 IPOIB_BROADCAST = "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
@@ -47,7 +44,7 @@ def ipoib_address(hca: HcaSpec) -> str:
     return ":".join(f"{b:02x}" for b in qpn + gid)
 
 
-def netdev_dir(layout: dict[str, "PciNode"], hca: HcaSpec) -> str:
+def netdev_dir(layout: dict[str, PciNode], hca: HcaSpec) -> str:
     return f"{layout[hca.bdf].rel}/net/{hca.netdev}"
 
 
@@ -161,7 +158,7 @@ def format_mlnx_qos(pfc_priority: int | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_netdevs(root: Path, profile: Profile, layout: dict[str, "PciNode"]) -> None:
+def write_netdevs(root: Path, profile: Profile, layout: dict[str, PciNode]) -> None:
     sim = root / ".agentd-sim"
     lo = root / "sys/devices/virtual/net/lo"
     lo_attrs = {"ifindex": 1, "iflink": 1, "type": ARPHRD_LOOPBACK, "mtu": 65536, "operstate": "unknown", "carrier": 1, "carrier_changes": 0, "carrier_up_count": 0, "carrier_down_count": 0, "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00", "addr_len": 6, "dev_port": 0, "dev_id": "0x0", "flags": "0x9", "tx_queue_len": 1000}

@@ -23,13 +23,10 @@ ports only, as mlx5 exposes them only there.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from agentd.sim.pci import PciNode
 from agentd.sim.profiles import HcaSpec, Profile
 from agentd.sim.tree import symlink, write_attr
-
-if TYPE_CHECKING:
-    from agentd.sim.build import PciNode
 
 GID_SLOTS = 16
 ZERO_GID = ":".join(["0000"] * 8)
@@ -136,11 +133,11 @@ def port_hw_counters(hca: HcaSpec) -> dict[str, int]:
     return out
 
 
-def ib_dir(layout: dict[str, "PciNode"], hca: HcaSpec) -> str:
+def ib_dir(layout: dict[str, PciNode], hca: HcaSpec) -> str:
     return f"{layout[hca.bdf].rel}/infiniband/{hca.name}"
 
 
-def port_dir(layout: dict[str, "PciNode"], hca: HcaSpec, port: int = 1) -> str:
+def port_dir(layout: dict[str, PciNode], hca: HcaSpec, port: int = 1) -> str:
     return f"{ib_dir(layout, hca)}/ports/{port}"
 
 
@@ -176,7 +173,7 @@ def write_port(root: Path, hca: HcaSpec, index: int, pdir: Path) -> None:
         write_attr(pdir / "hw_counters" / name, value)
 
 
-def write_rdma(root: Path, profile: Profile, layout: dict[str, "PciNode"]) -> None:
+def write_rdma(root: Path, profile: Profile, layout: dict[str, PciNode]) -> None:
     (root / "sys/class/infiniband").mkdir(parents=True, exist_ok=True)
     for index, hca in enumerate(profile.hcas):
         d = root / ib_dir(layout, hca)

@@ -24,17 +24,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd.sim.net import format_ethtool, netdev_dir, parse_ethtool
+from agentd.sim.pci import PciNode
+from agentd.sim.pristine import pristine_root
 from agentd.sim.profiles import HcaSpec, Profile
 from agentd.sim.rdma import port_dir
 from agentd.sim.tree import write_attr
-
-if TYPE_CHECKING:
-    from agentd.sim.build import PciNode
-    from agentd.sim.fault_kinds import Kind
-    from agentd.sim.faults import Fault
 
 NVML = ".agentd-sim/nvml.json"
 
@@ -64,7 +61,7 @@ class Target:
 class Ctx:
     root: Path
     profile: Profile
-    layout: dict[str, "PciNode"]
+    layout: dict[str, PciNode]
 
     # -- files --------------------------------------------------------------
     def path(self, rel: str) -> Path:
@@ -240,8 +237,6 @@ def _nic(ctx: Ctx, t: str | None) -> Target:
 
 
 def _file(ctx: Ctx, t: str | None, port_files: tuple[str, ...]) -> Target:
-    from agentd.sim.build import pristine_root
-
     if t is None or "/" not in t:
         p = _port(ctx, t)
         files = tuple(f"{ctx.port_dir(p.hca, 1)}/{f}" for f in port_files)  # type: ignore[arg-type]
@@ -265,9 +260,10 @@ def _gpus(ctx: Ctx, t: str | None) -> Target:
     return Target(g.name, gpu=g.gpu, bdf=g.bdf, gpus=(g.gpu,))  # type: ignore[arg-type]
 
 
-def resolve_target(ctx: Ctx, kind: "Kind", fault: "Fault") -> Target:
-    t = fault.target
-    match kind.target:
+def resolve_target(ctx: Ctx, form: str, t: str | None, *, links: bool = False, port_files: tuple[str, ...] = ()) -> Target:
+    """The target ``t`` (None: the form's default) of a fault kind whose targets have this
+    ``form`` (a ``Kind.target``); ``links``/``port_files`` as that kind declares them."""
+    match form:
         case "port":
             return _port(ctx, t)
         case "netdev":
@@ -277,15 +273,15 @@ def resolve_target(ctx: Ctx, kind: "Kind", fault: "Fault") -> Target:
         case "roce":
             return _netdev(ctx, t, mode="roce")
         case "gpu":
-            return _gpu(ctx, t, links=kind.links)
+            return _gpu(ctx, t, links=links)
         case "device":
             return _device(ctx, t)
         case "nic":
             return _nic(ctx, t)
         case "file":
-            return _file(ctx, t, kind.port_files)
+            return _file(ctx, t, port_files)
         case "gpus":
             return _gpus(ctx, t)
         case "none":
             return Target("node")
-    raise AssertionError(kind.target)
+    raise AssertionError(form)

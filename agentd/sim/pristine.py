@@ -1,0 +1,54 @@
+"""The fault-free tree of a profile: written by ``write_profile_tree`` (PCI hierarchy in
+pci, the rest in rdma/net/node), and cached once per process by ``pristine_root``, which
+faults read original content from when they resolve targets and when they are cleared.
+
+``MARKER`` (``.agentd-sim/profile.json``) marks a simulator root; it records the profile
+and the applied faults (see agentd.sim.faults).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from agentd.sim import net, node, rdma
+from agentd.sim.pci import pci_layout, write_pci
+from agentd.sim.profiles import PROFILES, Profile
+from agentd.sim.tree import write_attr
+
+MARKER = ".agentd-sim/profile.json"
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r}; valid profiles: {', '.join(sorted(PROFILES))}") from None
+
+
+def write_profile_tree(profile: Profile, root: Path) -> None:
+    """Write the fault-free tree for a profile into an empty directory."""
+    layout = pci_layout(profile)
+    write_pci(root, profile, layout)
+    rdma.write_rdma(root, profile, layout)
+    net.write_netdevs(root, profile, layout)
+    node.write_node(root, profile)
+    write_attr(root / MARKER, json.dumps({"profile": profile.name, "faults": []}, indent=2))
+
+
+_PRISTINE: dict[str, Path] = {}
+
+
+def pristine_root(profile_name: str) -> Path:
+    """The fault-free tree of a profile, built once per process in a temporary directory
+    (removed at exit). Faults read original content from it; never write into it."""
+    p = _PRISTINE.get(profile_name)
+    if p is None or not (p / MARKER).is_file():
+        p = Path(tempfile.mkdtemp(prefix=f"agentd-sim-pristine-{profile_name}-"))
+        atexit.register(shutil.rmtree, p, True)
+        write_profile_tree(get_profile(profile_name), p)
+        _PRISTINE[profile_name] = p
+    return p
