@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from agentd.config import AgentConfig
+from agentd.config import AgentConfig, _default_counter_thresholds
 
 
 def _default(field: FieldInfo) -> str:
@@ -79,8 +78,6 @@ def render() -> str:
             out += [" ".join(model.__doc__.split()), ""]
         _section(model, prefix + ".", out, queue)
         if prefix == "thresholds":
-            from agentd.config import _default_counter_thresholds
-
             out += ["", "Default `thresholds.counters` (events per second, severity):", ""]
             for k, v in _default_counter_thresholds().items():
                 out.append(f"- `{k}`: {v.per_s:g}/s, {v.severity}")

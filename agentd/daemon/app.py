@@ -20,10 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
+from agentd import sim
 from agentd.config import AgentConfig, ConfigError, Paths, load_config
-from agentd.host.fs import HostRoot
-from agentd.daemon.logging import configure_logging
 from agentd.daemon.daemon import Daemon
+from agentd.daemon.logging import configure_logging
+from agentd.host.fs import HostRoot
 from agentd.metrics.agent import process_stats
 
 __all__ = ["Daemon", "main_run", "process_stats", "run_daemon"]
@@ -53,8 +54,6 @@ async def run_daemon(
 
 
 def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Path:
-    from agentd import sim
-
     out = sim_dir if sim_dir is not None else Path(tempfile.mkdtemp(prefix="agentd-sim-"))
     return Path(sim.build_tree(profile, out, faults=faults))
 

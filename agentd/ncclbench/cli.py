@@ -18,7 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentd.collection.collector import collect_once
+from agentd.config import ConfigError, load_config
+from agentd.host.fs import HostRoot
+from agentd.judging.judge import judge
 from agentd.ncclbench.formulas import OPS
+from agentd.ncclbench.history import compare, history_path, load_history
+from agentd.ncclbench.job import BenchOptions, run_bench_job
+from agentd.ncclbench.runners import parse_sizes, validate_ops
+from agentd.ncclbench.views import compare_text, outcome_json, outcome_text
 
 EXIT = {"ok": 0, "below_min": 1, "wrong_results": 2, "failed": 2, "timeout": 2, "refused": 3, "unavailable": 3}
 
@@ -54,10 +62,6 @@ def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:
     if not (root / "sys").is_dir():
         return None, [], None, [f"{root} has no sys/: fabric unknown, no default expectations"]
     try:
-        from agentd.collection.collector import collect_once  # noqa: PLC0415
-        from agentd.host.fs import HostRoot  # noqa: PLC0415
-        from agentd.judging.judge import judge  # noqa: PLC0415
-
         snap = collect_once(HostRoot.at(root), config)
         j = judge(snap, (), config, None)
         return snap, list(j.findings), list(j.roles.compute), notes
@@ -66,9 +70,6 @@ def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:
 
 
 def _compare_only(config: Any, fmt: str) -> int:
-    from agentd.ncclbench.history import compare, history_path, load_history  # noqa: PLC0415
-    from agentd.ncclbench.views import compare_text  # noqa: PLC0415
-
     runs, problem = load_history(history_path(config.paths.state_dir))
     measured = [r for r in runs if r.results]
     if problem:
@@ -87,11 +88,6 @@ def _compare_only(config: Any, fmt: str) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentd.ncclbench.job import BenchOptions, run_bench_job  # noqa: PLC0415
-    from agentd.ncclbench.runners import parse_sizes, validate_ops  # noqa: PLC0415
-    from agentd.ncclbench.views import compare_text, outcome_json, outcome_text  # noqa: PLC0415
-    from agentd.config import ConfigError, load_config  # noqa: PLC0415
-
     if getattr(args, "bench_command", "nccl") != "nccl":
         print(f"agentd: unknown bench command {args.bench_command!r}", file=sys.stderr)
         return 3

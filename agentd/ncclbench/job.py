@@ -13,18 +13,40 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from agentd.ncclbench.expect import Expectation, ExpectPolicy, Fabric, detect_fabric, expectations
-from agentd.ncclbench.findings import judge_run, status_after_judging
-from agentd.ncclbench.history import DEFAULT_KEEP, Delta, append_run, compare, history_path, load_history, previous_comparable
-from agentd.ncclbench.results import BenchRun
-from agentd.ncclbench.runners import BenchRequest, choose_runner, parse_env_file, run_nccl_tests, run_torch, validate_ops
-from agentd.ncclbench.safety import check_idle
+from agentd.base.atomic import WriteResult
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot, read_bounded
 from agentd.host.gpuprocs import GpuProcesses, gpu_processes
 from agentd.host.procrun import exclusive_lock, run_bounded
 from agentd.model import Finding, NodeSnapshot
-from agentd.base.atomic import WriteResult
+from agentd.ncclbench.expect import (
+    Expectation,
+    ExpectPolicy,
+    Fabric,
+    detect_fabric,
+    expectations,
+)
+from agentd.ncclbench.findings import judge_run, status_after_judging
+from agentd.ncclbench.history import (
+    DEFAULT_KEEP,
+    Delta,
+    append_run,
+    compare,
+    history_path,
+    load_history,
+    previous_comparable,
+)
+from agentd.ncclbench.results import BenchRun
+from agentd.ncclbench.runners import (
+    BenchRequest,
+    choose_runner,
+    parse_env_file,
+    parse_size,
+    run_nccl_tests,
+    run_torch,
+    validate_ops,
+)
+from agentd.ncclbench.safety import check_idle
 
 MiB = 1024 * 1024
 DEFAULT_OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -55,8 +77,6 @@ class BenchOptions:
         """What the daemon runs: idle GPUs only unless bench.idle_only is off. Reads the
         proposed keys bench.ops / sizes / runner / transport / expected_busbw_gbps when the
         config has them, else the defaults."""
-        from agentd.ncclbench.runners import parse_size  # noqa: PLC0415
-
         b = config.bench
         sizes = getattr(b, "sizes", None)
         return cls(
