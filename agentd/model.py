@@ -18,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentd.base.ids import CLASS_BRIDGE_OTHER, CLASS_BRIDGE_PCI, GPU_CLASSES, VENDOR_NVIDIA, pci_class
+
 
 class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -113,16 +115,16 @@ class PciDevice(Record):
 
     @property
     def is_bridge(self) -> bool:
-        return (self.class_code >> 8) == 0x0604
+        return pci_class(self.class_code) == CLASS_BRIDGE_PCI
 
     @property
     def is_gpu(self) -> bool:
-        # 0x0300 VGA, 0x0302 3D controller. NVSwitch (0x068000) is a bridge-class device, not a GPU.
-        return (self.class_code >> 8) in (0x0300, 0x0302)
+        # VGA or 3D controller. NVSwitch (0x068000) is a bridge-class device, not a GPU.
+        return pci_class(self.class_code) in GPU_CLASSES
 
     @property
     def is_nvswitch(self) -> bool:
-        return self.class_code == 0x068000 and self.vendor_id == 0x10DE
+        return self.class_code == CLASS_BRIDGE_OTHER << 8 and self.vendor_id == VENDOR_NVIDIA
 
 
 # ---------------------------------------------------------------------------

@@ -9,21 +9,13 @@ PFC and ``ethtool -S`` statistics are filled by other readers; this one leaves t
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import Netdev, RoceEcn
-from agentd.base.ids import natural_key
+from agentd.base.ids import is_bdf, natural_key
 
 CLASS_NET = "sys/class/net"
-
-_BDF_RE = re.compile(r"^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-
-
-def is_bdf(name: str | None) -> bool:
-    """``0000:1b:00.0``-shaped (domain may be longer than 4 digits on some VMs)."""
-    return bool(name) and bool(_BDF_RE.match(name or ""))
 
 
 def bdf_of_class_path(real: Path | None, subsystem: str) -> str | None:
@@ -32,14 +24,14 @@ def bdf_of_class_path(real: Path | None, subsystem: str) -> str | None:
         return None
     parent = real.parent
     if parent.name == subsystem and is_bdf(parent.parent.name):
-        return parent.parent.name.lower()
+        return parent.parent.name
     return None
 
 
 def link_bdf(ctx: ReadContext, link: str) -> str | None:
     """Basename of a ``device`` symlink when it is BDF-shaped (no stat, one readlink)."""
     name = ctx.readlink_name(link)
-    return name.lower() if is_bdf(name) else None
+    return name if is_bdf(name) else None
 
 
 def read_netdevs(ctx: ReadContext, *, ecn: bool = True) -> tuple[Netdev, ...]:

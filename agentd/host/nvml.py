@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import ctypes
 import json
-import re
 import time
 from typing import Any, Callable
 
 from pydantic import Field, ValidationError, field_validator
 
+from agentd.base.ids import normalize_bdf
 from agentd.host.fs import ReadContext
 from agentd.model import NvLink, NvmlGpu, NvmlInfo
 
@@ -28,7 +28,6 @@ SIM_FILE = ".agentd-sim/nvml.json"
 SIM_MAX_BYTES = 4 * 1024 * 1024
 _sleep = time.sleep  # tests replace this to observe hang_s without waiting
 
-_BDF = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 # NVML_NVLINK_ERROR_* counter ids (nvml.h); names as the model's NvLink.errors keys.
 _ERROR_COUNTERS = (
     ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT", 2),
@@ -48,11 +47,7 @@ _NO_LINK = (_INVALID_ARGUMENT, _NOT_SUPPORTED)
 
 def normalize_bus_id(bus_id: str | bytes) -> str | None:
     """NVML's ``00000000:1B:00.0`` -> ``0000:1b:00.0``; None when it is not a PCI address."""
-    s = bus_id.decode("ascii", "replace") if isinstance(bus_id, bytes) else str(bus_id)
-    m = _BDF.match(s.strip().rstrip("\0"))
-    if not m:
-        return None
-    return f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
+    return normalize_bdf(bus_id)
 
 
 # ---------------------------------------------------------------------------

@@ -17,25 +17,11 @@ import os
 import re
 import struct
 
+from agentd.base.ids import BDF_RE, CLASS_BRIDGE_PCI, ROOT_COMPLEX_RE, bdf_key, pci_class
 from agentd.host.fs import ReadContext, parse_int, read_bounded
 from agentd.model import PciDevice, PciePortType
 
 DEVICES_DIR = "sys/bus/pci/devices"
-
-# Base class + subclass (class_code >> 8).
-CLASS_STORAGE_NVME = 0x0108
-CLASS_NET_ETHERNET = 0x0200
-CLASS_NET_INFINIBAND = 0x0207
-CLASS_DISPLAY_VGA = 0x0300
-CLASS_DISPLAY_3D = 0x0302
-CLASS_BRIDGE_HOST = 0x0600
-CLASS_BRIDGE_PCI = 0x0604
-CLASS_BRIDGE_OTHER = 0x0680  # NVSwitch reports 0x068000
-GPU_CLASSES = frozenset({CLASS_DISPLAY_VGA, CLASS_DISPLAY_3D})
-NIC_CLASSES = frozenset({CLASS_NET_ETHERNET, CLASS_NET_INFINIBAND})
-
-VENDOR_NVIDIA = 0x10DE
-VENDOR_MELLANOX = 0x15B3
 
 # Config space geometry.
 CONFIG_HEADER_BYTES = 64  # what a non-root reader gets
@@ -58,9 +44,6 @@ PORT_TYPES: dict[int, PciePortType] = {
     10: "rc_event_collector",
 }
 
-# Domains are 4 hex digits, or 5+ behind an Intel VMD controller (10000:e1:00.0).
-BDF_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-ROOT_COMPLEX_RE = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
 _SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
 WIDTH_UNKNOWN = 255
 
@@ -73,13 +56,6 @@ def parse_link_speed(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def bdf_key(bdf: str) -> tuple[int, int, int, int]:
-    """Numeric sort key for ``dddd:bb:dd.f`` (domains may differ in width)."""
-    dom, bus, rest = bdf.split(":")
-    dev, fn = rest.split(".")
-    return int(dom, 16), int(bus, 16), int(dev, 16), int(fn, 16)
-
-
 def tree_position(resolved: str) -> tuple[str | None, tuple[str, ...]]:
     """(root complex, parent chain) from a device's resolved sysfs path.
 
@@ -90,9 +66,9 @@ def tree_position(resolved: str) -> tuple[str | None, tuple[str, ...]]:
     parts = resolved.rstrip("/").split("/")
     rc_index = -1
     for i, part in enumerate(parts):
-        if ROOT_COMPLEX_RE.match(part):
+        if ROOT_COMPLEX_RE.fullmatch(part):
             rc_index = i
-    chain = tuple(p for p in parts[rc_index + 1 : -1] if BDF_RE.match(p))
+    chain = tuple(p for p in parts[rc_index + 1 : -1] if BDF_RE.fullmatch(p))
     return (parts[rc_index] if rc_index >= 0 else None), chain
 
 
@@ -165,7 +141,7 @@ def parse_config_space(buf: bytes | None) -> tuple[PciePortType | None, int | No
 def _config(ctx: ReadContext, dev_dir: str, class_code: int) -> bytes | None:
     # Bridges are where ACS matters; reading 4 KiB makes the kernel do ~1000 config
     # cycles, so endpoints get only the legacy space that holds the PCIe capability.
-    size = CONFIG_EXTENDED_BYTES if class_code >> 8 == CLASS_BRIDGE_PCI else CONFIG_LEGACY_BYTES
+    size = CONFIG_EXTENDED_BYTES if pci_class(class_code) == CLASS_BRIDGE_PCI else CONFIG_LEGACY_BYTES
     try:
         data = read_bounded(f"{dev_dir}/config", size)
     except OSError:
@@ -222,7 +198,7 @@ def read_pci(ctx: ReadContext) -> tuple[PciDevice, ...]:
     for name in ctx.listdir(DEVICES_DIR):
         bdf = name.lower()
         entry = f"{DEVICES_DIR}/{name}"
-        if not BDF_RE.match(bdf):
+        if not BDF_RE.fullmatch(bdf):
             ctx.error(entry, "unparsable", "not a PCI bus id")
             continue
         dev_dir = ctx.resolve(entry, required=True)

@@ -13,16 +13,15 @@ IB check judge non-compute ports (a storage port that used to be up and is down 
 from __future__ import annotations
 
 import json
-import re
 from typing import Literal
 
 from pydantic import ValidationError, field_validator, model_validator
 
+from agentd.base.ids import is_bdf
 from agentd.model import NodeSnapshot, Record
 from agentd.judging.roles import HcaRoles
 
 BASELINE_VERSION = 1
-_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 class BaselineError(ValueError):
@@ -30,8 +29,8 @@ class BaselineError(ValueError):
 
 
 def _check_bdf(v: str | None) -> str | None:
-    if v is not None and not _BDF.fullmatch(v):
-        raise ValueError(f"{v!r} is not a PCI bus id (dddd:bb:dd.f, lowercase)")
+    if v is not None and not is_bdf(v):
+        raise ValueError(f"{v!r} is not a PCI bus id as sysfs spells it (dddd:bb:dd.f, lowercase; 10000:bb:dd.f behind VMD)")
     return v
 
 
@@ -102,18 +101,23 @@ class Baseline(Record):
 
 
 def baseline_from(snapshot: NodeSnapshot, roles: HcaRoles) -> Baseline:
-    """The inventory of ``snapshot`` as a baseline (GPUs, HCAs with their ports and roles)."""
+    """The inventory of ``snapshot`` as a baseline (GPUs, HCAs with their ports and roles).
+
+    Total on any snapshot (``judge`` calls it outside the per-check guard): a GPU whose
+    bus id is not one (a simulated source can hand over any text) cannot be found again
+    by it and is left out; such an HCA is recorded by name only."""
     return Baseline(
         taken_at=snapshot.taken_at,
         hostname=snapshot.system.hostname,
         gpus=tuple(
             BaselineGpu(index=g.index, pci_bus_id=g.pci_bus_id, name=g.name, uuid=g.uuid)
             for g in sorted(snapshot.gpus, key=lambda g: g.pci_bus_id)
+            if is_bdf(g.pci_bus_id)
         ),
         hcas=tuple(
             BaselineHca(
                 name=h.name,
-                pci_bus_id=h.pci_bus_id,
+                pci_bus_id=h.pci_bus_id if is_bdf(h.pci_bus_id) else None,
                 hca_type=h.hca_type,
                 role="compute" if roles.is_compute(h.name) else "other",
                 ports=tuple(

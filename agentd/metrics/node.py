@@ -7,7 +7,7 @@ from agentd.model import GdrInfo, NodeSnapshot, PathType
 from agentd.base.expo import Exposition, Family
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
-from agentd.base.ids import bus_id_label
+from agentd.base.ids import VENDOR_NVIDIA, bus_id_label
 
 G, C = "gauge", "counter"
 GP = ("gpu", "pci_bus_id")
@@ -53,7 +53,7 @@ def _opt(v: object) -> object:
 def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
     roles: dict[str, str] = {}
     for d in snap.pci:
-        if d.is_gpu and d.vendor_id == 0x10DE:
+        if d.is_gpu and d.vendor_id == VENDOR_NVIDIA:
             roles[d.bdf] = "gpu"
         elif d.is_nvswitch:
             roles[d.bdf] = "nvswitch"

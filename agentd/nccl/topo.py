@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from agentd.base.ids import nccl_walk_bdf
 from agentd.model import NodeSnapshot, PciDevice
 from agentd.judging.roles import HcaRoles
 
@@ -36,7 +37,6 @@ _CANONICAL_SPEED = {2.5: "2.5 GT/s PCIe", 5.0: "5.0 GT/s PCIe", 8.0: "8.0 GT/s P
 ARCH_NAMES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64", "ppc64": "ppc64"}
 X86_VENDORS = ("GenuineIntel", "AuthenticAMD", "CentaurHauls", "  Shanghai  ")
 NEEDS_FAMILY_MODEL = ("GenuineIntel", "CentaurHauls", "  Shanghai  ")
-_BDF = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]")
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,11 @@ def _pci_attrs(busid: str, dev: PciDevice, port: PciDevice | None) -> list[tuple
 def _ancestors(chain: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
     """NCCL's parent walk over a sysfs path (``chain``: the bridges from the root complex
     down to the device's immediate parent). Two components up at a time while both are
-    bus ids; stops at the root complex. Returns (ancestor bdf, that ancestor's chain),
-    nearest first."""
+    bus ids as NCCL's checkBDFFormat takes them; stops at the root complex, and at a bridge
+    in a VMD domain, which NCCL takes for one (``agentd.base.ids.nccl_walk_bdf``). Returns
+    (ancestor bdf, that ancestor's chain), nearest first."""
     out: list[tuple[str, tuple[str, ...]]] = []
-    while len(chain) >= 2 and _BDF.fullmatch(chain[-1]) and _BDF.fullmatch(chain[-2]):
+    while len(chain) >= 2 and nccl_walk_bdf(chain[-1]) and nccl_walk_bdf(chain[-2]):
         out.append((chain[-2], chain[:-2]))
         chain = chain[:-2]
     return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
+from agentd.base.ids import BDF_RE
 from agentd.nccl.topo import ALLOWED_LINK_SPEEDS, NEEDS_FAMILY_MODEL, X86_VENDORS
 from agentd.nccl.xmlreader import XmlIssue, Element, ReaderError, NcclXmlReader
 
@@ -44,7 +45,6 @@ KNOWN_ATTRS: dict[str, frozenset[str]] = {
     "net": frozenset({"name", "dev", "speed", "latency", "port", "guid", "maxconn", "gdr", "coll", "net", "gin", "rma", "rail", "plane"}),
 }
 NUMERIC = frozenset({"version", "numaid", "familyid", "modelid", "link_width", "dev", "sm", "rank", "gdr", "mlopart", "count", "bw", "speed", "port", "maxconn", "coll", "net", "gin", "rma", "rail", "plane"})
-BUSID_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 AFFINITY_RE = re.compile(r"[0-9a-f]{1,8}(,[0-9a-f]{1,8})*")
 HEX16_RE = re.compile(r"0x[0-9a-f]{4}")
 
@@ -166,8 +166,11 @@ def _pci(el, err, warn, busids, seen, numaids) -> None:
     busid = el.get("busid")
     if busid is None:
         err("needs busid")
-    elif not BUSID_RE.fullmatch(busid):
-        hint = " in lower case" if BUSID_RE.fullmatch(busid.lower()) else ""
+    elif not BDF_RE.fullmatch(busid):
+        # NCCL matches a busid as a string against the ids it makes (int64ToBusId,
+        # "%04lx:%02lx:%02lx.%01lx") and reads from sysfs: the kernel's spelling, VMD's
+        # 5-digit domains included, never NVML's zero-padded 8 digits.
+        hint = " in lower case" if BDF_RE.fullmatch(busid.lower()) else ""
         err(f'busid="{busid}" must be dddd:bb:dd.f{hint}; NCCL compares bus ids as strings and would not match it')
     else:
         if busid in seen:
