@@ -1,4 +1,5 @@
-"""Pure IB parsers against literal strings and every real ibstat/ibstatus capture."""
+"""agentd's IB text parsers against literal strings, and the ibstat/ibstatus/GID-pick test
+oracles (tests/support/ib_oracles.py) against every real capture."""
 
 from __future__ import annotations
 
@@ -7,18 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentd.host.ibparse import (
-    PHYS_STATES,
-    PORT_STATES,
+from agentd.host.ibparse import PHYS_STATES, PORT_STATES, is_gid, is_zero, parse_rate, parse_state
+from tests.support.ib_oracles import (
     ipv4_of,
-    is_gid,
     is_ipv4_mapped,
     is_link_local,
-    is_zero,
     parse_ibstat,
     parse_ibstatus,
-    parse_rate,
-    parse_state,
     roce_v2_gid_index,
 )
 from upstream import OUTPUTS, upstream_available

@@ -12,17 +12,15 @@ import pytest
 
 import agentd.host.fs as fs
 from agentd.host.fs import HostRoot, ReadContext
-from agentd.host.ibparse import roce_v2_gid_index
 from agentd.host.infiniband import read_infiniband
-from upstream import SYSFS_TREES, materialize, upstream_available
-
-needs_upstream = pytest.mark.skipif(not upstream_available(), reason="shared/upstream not present")
-TREES = ("gpud-h100-ndr", "procfs-fixtures", "node-exporter-fixtures")
+from tests.support.ib_oracles import roce_v2_gid_index
+from tests.support.fixtures import SYSFS_TREES, TREES, flattened_copy, writable_copy
 
 
-def _root(tree: str, materialized: bool, tmp_path: Path) -> Path:
+def _root(tree: str, flattened: bool, tmp_path: Path) -> Path:
+    """The vendored tree as-is (real symlinks), or a copy with its links flattened into files."""
     src = SYSFS_TREES / tree
-    return materialize(src, tmp_path / tree) if materialized else src
+    return flattened_copy(src, tmp_path / tree) if flattened else src
 
 
 def _read(root: Path, **kw):
@@ -48,11 +46,10 @@ def _ints(d: Path, skip=()) -> dict[str, int]:
 # the real trees
 
 
-@needs_upstream
-@pytest.mark.parametrize("materialized", [False, True], ids=["as-is", "materialized"])
+@pytest.mark.parametrize("flattened", [False, True], ids=["as-is", "flattened"])
 @pytest.mark.parametrize("tree", TREES)
-def test_every_tree_matches_its_files(tree, materialized, tmp_path):
-    root = _root(tree, materialized, tmp_path)
+def test_every_tree_matches_its_files(tree, flattened, tmp_path):
+    root = _root(tree, flattened, tmp_path)
     hcas, ctx = _read(root)
     assert ctx.errors == []
     class_dir = root / "sys/class/infiniband"
@@ -82,8 +79,7 @@ def test_every_tree_matches_its_files(tree, materialized, tmp_path):
             assert "lifespan" not in port.hw_counters
 
 
-@needs_upstream
-def test_gpud_h100(tmp_path):
+def test_gpud_h100():
     root = SYSFS_TREES / "gpud-h100-ndr"
     hcas, ctx = _read(root)
     # natural order: numbering gaps (no mlx5_2/3) and the bond after the numbered ones
@@ -114,10 +110,9 @@ def test_gpud_h100(tmp_path):
     assert all(pt.gids == () and pt.netdev is None for x in hcas for pt in x.ports)
 
 
-@needs_upstream
-@pytest.mark.parametrize("materialized", [False, True], ids=["as-is", "materialized"])
-def test_procfs_fixture(materialized, tmp_path):
-    hcas, ctx = _read(_root("procfs-fixtures", materialized, tmp_path))
+@pytest.mark.parametrize("flattened", [False, True], ids=["as-is", "flattened"])
+def test_procfs_fixture(flattened, tmp_path):
+    hcas, ctx = _read(_root("procfs-fixtures", flattened, tmp_path))
     assert ctx.errors == []
     h = _by_name(hcas)
     assert list(h) == ["hfi1_0", "mlx4_0", "mlx5_0"]
@@ -143,10 +138,9 @@ def test_procfs_fixture(materialized, tmp_path):
     assert "lifespan" not in p.hw_counters
 
 
-@needs_upstream
-@pytest.mark.parametrize("materialized", [False, True], ids=["as-is", "materialized"])
-def test_node_exporter_fixture(materialized, tmp_path):
-    hcas, ctx = _read(_root("node-exporter-fixtures", materialized, tmp_path))
+@pytest.mark.parametrize("flattened", [False, True], ids=["as-is", "flattened"])
+def test_node_exporter_fixture(flattened, tmp_path):
+    hcas, ctx = _read(_root("node-exporter-fixtures", flattened, tmp_path))
     assert ctx.errors == []  # "N/A (no PMA)" counters are skipped, not errors
     h = _by_name(hcas)
     i40 = h["i40iw0"].ports[0]
@@ -159,7 +153,6 @@ def test_node_exporter_fixture(materialized, tmp_path):
     assert p1.counters["port_rcv_data"] == 4631917
 
 
-@needs_upstream
 def test_counters_and_gids_can_be_skipped():
     hcas, ctx = _read(SYSFS_TREES / "gpud-h100-ndr", counters=False, gids=False)
     assert all(p.counters == {} and p.hw_counters == {} for h in hcas for p in h.ports)
@@ -172,9 +165,8 @@ def test_counters_and_gids_can_be_skipped():
 # one bad file never hides the rest
 
 
-@needs_upstream
 def test_garbage_counter_is_an_error_and_the_rest_is_read(tmp_path):
-    root = materialize(SYSFS_TREES / "gpud-h100-ndr", tmp_path / "r")
+    root = writable_copy(SYSFS_TREES / "gpud-h100-ndr", tmp_path / "r")
     pdir = root / "sys/class/infiniband/mlx5_4/ports/1"
     (pdir / "counters/symbol_error").write_text("garbage\n")
     (pdir / "rate").write_text("fast")
@@ -196,7 +188,6 @@ def test_garbage_counter_is_an_error_and_the_rest_is_read(tmp_path):
     assert p6.state is None and p6.phys_state == "LinkUp" and p6.rate_gbps == 400.0
 
 
-@needs_upstream
 @pytest.mark.parametrize("err", [errno.EIO, errno.EACCES])
 def test_unreadable_counter_is_an_error_and_the_rest_is_read(err, monkeypatch):
     real = fs.read_bounded

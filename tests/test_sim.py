@@ -357,9 +357,10 @@ def test_readers_see_the_profile(roots, profile):
 
 
 def test_readers_see_roce_gid_index(roots):
-    ibparse = pytest.importorskip("agentd.host.ibparse")
+    from tests.support.ib_oracles import roce_v2_gid_index
+
     snap = _collect(roots("h100-roce"))
-    assert {ibparse.roce_v2_gid_index(h.ports[0].gids) for h in snap.hcas} == {3}
+    assert {roce_v2_gid_index(h.ports[0].gids) for h in snap.hcas} == {3}
 
 
 def test_readers_see_faults(tmp_path):

@@ -1,5 +1,6 @@
-"""Properties of the InfiniBand/RoCE text parsers (agentd.host.ibparse): any text gives the
-documented shapes, rendered text round-trips, and the GID pick is always a usable GID."""
+"""Properties of the InfiniBand/RoCE text parsers (agentd.host.ibparse) and of the test
+oracles built on them (tests/support/ib_oracles.py): any text gives the documented shapes,
+rendered text round-trips, and the GID pick is always a usable GID."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from agentd.host import ibparse
 from agentd.model import Gid
+from tests.support import ib_oracles
 
 PROFILE = settings.get_profile("agentd")  # registered in conftest.py
 
@@ -19,7 +21,7 @@ GEN_NAMES = ["SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR", "XDR"]
 LONG_DIGITS = "9" * 4301  # one past CPython's int-from-string digit limit
 
 
-def _opt(t: type):  # noqa: ANN202
+def _opt(t: type):
     return lambda v: v is None or type(v) is t
 
 
@@ -87,8 +89,8 @@ def test_parse_state_round_trips(sid: int, name: str, tail: str) -> None:
 
 @settings(PROFILE)
 @given(st.sampled_from(sorted({**ibparse.PORT_STATES, **ibparse.PHYS_STATES}.items())), st.sampled_from([str.lower, str.upper, str.title, lambda s: s]))
-def test_parse_state_plain_names(item: tuple[int, str], case) -> None:  # noqa: ANN001
-    sid, kernel_name = item
+def test_parse_state_plain_names(item: tuple[int, str], case) -> None:
+    _sid, kernel_name = item
     got = ibparse.parse_state(case(kernel_name))
     assert got[0] in (ibparse.PORT_STATES | ibparse.PHYS_STATES) and got[1] is not None
     assert got[1].lower().replace(" ", "") == kernel_name.lower().replace(" ", "")
@@ -137,7 +139,7 @@ def _check_port_dict(p: dict) -> None:
 @settings(PROFILE)
 @given(st.text() | st.lists(st.sampled_from(["CA 'x'", "\tPort 1:", "\t\tState: Active", "\tRate: 4", "ibpanic: x", "", "\t\tRate: 1e9", f"\tPort {LONG_DIGITS}:", "\tPort ²:", f"\t\tState: {LONG_DIGITS}", f"\t\tBase lid: {LONG_DIGITS}"]), max_size=12).map("\n".join))
 def test_parse_ibstat_shapes(text: str) -> None:
-    for c in ibparse.parse_ibstat(text):
+    for c in ib_oracles.parse_ibstat(text):
         assert type(c["name"]) is str and _opt(int)(c.get("num_ports"))
         for p in c["ports"]:
             _check_port_dict(p)
@@ -146,7 +148,7 @@ def test_parse_ibstat_shapes(text: str) -> None:
 @settings(PROFILE)
 @given(st.lists(ca, max_size=4), st.sampled_from(["\t", "    ", "  "]))
 def test_parse_ibstat_round_trips(cas: list[dict], indent: str) -> None:
-    parsed = ibparse.parse_ibstat(render_ibstat(cas, indent) + "ibpanic: [12] main: stat of IB device 'x' failed\n")
+    parsed = ib_oracles.parse_ibstat(render_ibstat(cas, indent) + "ibpanic: [12] main: stat of IB device 'x' failed\n")
     assert [c["name"] for c in parsed] == [c["name"] for c in cas]
     for c, got in zip(cas, parsed):
         assert (got["fw_ver"], got["node_guid"], got["num_ports"]) == (c["fw"], c["guid"], len(c["ports"]))
@@ -165,7 +167,7 @@ def test_parse_ibstatus_round_trips(ports: list) -> None:
         f"\tsm lid:\t\t 0x{p['sm_lid']:x}\n\tstate:\t\t 4: ACTIVE\n\tphys state:\t 5: LinkUp\n\trate:\t\t {p['rate']} Gb/sec (4X NDR)\n\tlink_layer:\t {p['layer']}\n\n"
         for n, i, p in ports
     )
-    got = ibparse.parse_ibstatus(text)
+    got = ib_oracles.parse_ibstatus(text)
     assert [(g["name"], g["port"], g["lid"], g["sm_lid"], g["rate_gbps"], g["width"], g["link_layer"]) for g in got] == [
         (n, i, p["lid"], p["sm_lid"], float(p["rate"]), 4, p["layer"]) for n, i, p in ports
     ]
@@ -174,20 +176,20 @@ def test_parse_ibstatus_round_trips(ports: list) -> None:
 @settings(PROFILE)
 @given(st.text())
 def test_parse_ibstatus_shapes(text: str) -> None:
-    for p in ibparse.parse_ibstatus(text):
+    for p in ib_oracles.parse_ibstatus(text):
         assert type(p["name"]) is str
         _check_port_dict(p)
 
 
 def test_parse_ibstat_huge_port_number() -> None:
     """A 'Port N:' block whose N is not a port number is skipped; the next port is read."""
-    got = ibparse.parse_ibstat(f"CA 'mlx5_0'\n\tPort {LONG_DIGITS}:\n\t\tState: Active\n\tPort 2:\n\t\tState: Down\n")
+    got = ib_oracles.parse_ibstat(f"CA 'mlx5_0'\n\tPort {LONG_DIGITS}:\n\t\tState: Active\n\tPort 2:\n\t\tState: Down\n")
     assert [(p["port"], p["state"]) for p in got[0]["ports"]] == [(2, "DOWN")]
 
 
 def test_parse_ibstatus_huge_port_number() -> None:
     text = f"Infiniband device 'mlx5_0' port {LONG_DIGITS} status:\n\tstate:\t 4: ACTIVE\nInfiniband device 'mlx5_0' port 1 status:\n\tstate:\t 1: DOWN\n"
-    assert [(p["port"], p["state"]) for p in ibparse.parse_ibstatus(text)] == [(1, "DOWN")]
+    assert [(p["port"], p["state"]) for p in ib_oracles.parse_ibstatus(text)] == [(1, "DOWN")]
 
 
 # -- GIDs -------------------------------------------------------------------------------
@@ -209,10 +211,10 @@ gid_type = st.sampled_from(["IB/RoCE v1", "RoCE v2", "RoCE v1", None, "", "v2"])
 @settings(PROFILE)
 @given(gid_text)
 def test_gid_helpers_never_raise(text: str) -> None:
-    for fn in (ibparse.is_gid, ibparse.is_zero, ibparse.is_ipv4_mapped, ibparse.is_link_local):
+    for fn in (ibparse.is_gid, ibparse.is_zero, ib_oracles.is_ipv4_mapped, ib_oracles.is_link_local):
         assert type(fn(text)) is bool
-    v4 = ibparse.ipv4_of(text)
-    assert v4 is None or (ibparse.is_ipv4_mapped(text) and ipaddress.IPv4Address(v4) is not None)
+    v4 = ib_oracles.ipv4_of(text)
+    assert v4 is None or (ib_oracles.is_ipv4_mapped(text) and ipaddress.IPv4Address(v4) is not None)
 
 
 @settings(PROFILE)
@@ -220,10 +222,10 @@ def test_gid_helpers_never_raise(text: str) -> None:
 def test_gid_helpers_agree_with_the_integer(v: int) -> None:
     g = sysfs_gid(v)
     assert ibparse.is_gid(g) and ibparse.is_zero(g) == (v == 0)
-    assert ibparse.is_ipv4_mapped(g) == (v >> 32 == 0xFFFF)
-    assert ibparse.is_link_local(g) == (v >> 64 == 0xFE80 << 48)
+    assert ib_oracles.is_ipv4_mapped(g) == (v >> 32 == 0xFFFF)
+    assert ib_oracles.is_link_local(g) == (v >> 64 == 0xFE80 << 48)
     if v >> 32 == 0xFFFF:
-        assert ibparse.ipv4_of(g) == str(ipaddress.IPv4Address(v & 0xFFFFFFFF))
+        assert ib_oracles.ipv4_of(g) == str(ipaddress.IPv4Address(v & 0xFFFFFFFF))
 
 
 def _table(entries: list[tuple[int, str, str | None]]) -> list[Gid]:
@@ -240,16 +242,16 @@ addr_ranges = st.none() | st.sampled_from(["10.0.0.0/8", "192.168.1.0/24", "0.0.
 @settings(PROFILE)
 @given(gid_tables, addr_ranges, st.sampled_from([1, 2]), st.randoms(use_true_random=False))
 def test_roce_gid_index_is_a_usable_ipv4_gid(table: list[Gid], addr_range: str | None, version: int, rnd: random.Random) -> None:
-    idx = ibparse.roce_v2_gid_index(table, roce_version=version, addr_range=addr_range)
+    idx = ib_oracles.roce_v2_gid_index(table, roce_version=version, addr_range=addr_range)
     if idx is not None:
         g = next(x for x in table if x.index == idx)
-        assert ibparse.is_ipv4_mapped(g.gid) and not ibparse.is_zero(g.gid)
+        assert ib_oracles.is_ipv4_mapped(g.gid) and not ibparse.is_zero(g.gid)
         assert (g.type or "").strip().startswith("RoCE v2" if version == 2 else ("IB/RoCE v1", "RoCE v1"))
         if addr_range:
-            assert ipaddress.IPv4Address(ibparse.ipv4_of(g.gid)) in ipaddress.IPv4Network(addr_range, strict=False)
+            assert ipaddress.IPv4Address(ib_oracles.ipv4_of(g.gid)) in ipaddress.IPv4Network(addr_range, strict=False)
     shuffled = list(table)
     rnd.shuffle(shuffled)
-    assert ibparse.roce_v2_gid_index(shuffled, roce_version=version, addr_range=addr_range) == idx  # order-free
+    assert ib_oracles.roce_v2_gid_index(shuffled, roce_version=version, addr_range=addr_range) == idx  # order-free
 
 
 @settings(PROFILE)
@@ -260,5 +262,5 @@ def test_roce_gid_index_picks_the_ipv4_v2_entry(lls: list, v4: int, data: st.Dat
     slots = data.draw(st.permutations(range(len(lls) + 2)))
     entries = [Gid(index=slots[i], gid=sysfs_gid(v), type=t) for i, (v, t) in enumerate(lls)]
     entries += [Gid(index=slots[-2], gid=sysfs_gid(v4), type="IB/RoCE v1"), Gid(index=slots[-1], gid=sysfs_gid(v4), type="RoCE v2")]
-    assert ibparse.roce_v2_gid_index(entries) == slots[-1]
-    assert ibparse.roce_v2_gid_index(entries, roce_version=1) == slots[-2]
+    assert ib_oracles.roce_v2_gid_index(entries) == slots[-1]
+    assert ib_oracles.roce_v2_gid_index(entries, roce_version=1) == slots[-2]
