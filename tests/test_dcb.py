@@ -18,10 +18,9 @@ from agentd.host import dcb
 from agentd.host.dcb import build_ieee_get, parse_mlnx_qos, parse_reply, read_pfc
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.model import PfcConfig
-from upstream import OUTPUTS
+from tests.support.fixtures import OUTPUTS
 
 MLNX_QOS = OUTPUTS / "mlnx_qos.eth4-roce-trust-dscp-pfc3.txt"
-needs_upstream = pytest.mark.skipif(not MLNX_QOS.is_file(), reason="shared/upstream outputs not available")
 
 
 # ---------------------------------------------------------------------------
@@ -204,7 +203,6 @@ def test_live_unknown_interface_is_recorded():
 # mlnx_qos text (simulated root)
 
 
-@needs_upstream
 def test_real_mlnx_qos_sample():
     assert parse_mlnx_qos(MLNX_QOS.read_text()) == PfcConfig(enabled=(3,), trust="dscp", source="mlnx_qos")
 
@@ -226,7 +224,6 @@ def test_mlnx_qos_garbage_is_none(text):
     assert parse_mlnx_qos(text) is None
 
 
-@needs_upstream
 def test_sim_root_reads_dcb_files(tmp_path):
     d = tmp_path / ".agentd-sim" / "dcb"
     d.mkdir(parents=True)

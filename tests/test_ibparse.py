@@ -17,9 +17,7 @@ from tests.support.ib_oracles import (
     parse_ibstatus,
     roce_v2_gid_index,
 )
-from upstream import OUTPUTS, upstream_available
-
-needs_upstream = pytest.mark.skipif(not upstream_available(), reason="shared/upstream not present")
+from tests.support.fixtures import OUTPUTS
 
 
 @pytest.mark.parametrize(
@@ -95,8 +93,8 @@ def test_plain_names_map_to_kernel_spellings():
 # ---------------------------------------------------------------------------
 # real ibstat / ibstatus outputs
 
-IBSTAT_FILES = sorted(OUTPUTS.glob("ibstat.*")) if upstream_available() else []
-IBSTATUS_FILES = sorted(OUTPUTS.glob("ibstatus.*")) if upstream_available() else []
+IBSTAT_FILES = sorted(OUTPUTS.glob("ibstat.*"))
+IBSTATUS_FILES = sorted(OUTPUTS.glob("ibstatus.*"))
 
 _PLAIN = {"Active": (4, "ACTIVE"), "Down": (1, "DOWN"), "LinkUp": (5, "LinkUp"),
           "Polling": (2, "Polling"), "Disabled": (3, "Disabled")}
@@ -112,7 +110,6 @@ def _ibstat_blocks(text: str) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-@needs_upstream
 @pytest.mark.parametrize("path", IBSTAT_FILES, ids=lambda p: p.name)
 def test_ibstat_every_file(path):
     text = path.read_text()
@@ -136,7 +133,6 @@ def test_ibstat_every_file(path):
         assert port["sm_lid"] == int(kv["SM lid"])
 
 
-@needs_upstream
 def test_ibstat_variants_present_in_corpus():
     """The corpus really holds the variants the parser claims to handle."""
     by_name = {p.name: p.read_text() for p in IBSTAT_FILES}
@@ -161,7 +157,6 @@ def test_ibstat_variants_present_in_corpus():
     assert names == [f"mlx5_{i}" for i in range(8)]  # mlx5_8 failed: no CA made from the panic line
 
 
-@needs_upstream
 @pytest.mark.parametrize("path", IBSTATUS_FILES, ids=lambda p: p.name)
 def test_ibstatus_every_file(path):
     text = path.read_text()
@@ -186,7 +181,6 @@ def test_ibstatus_every_file(path):
         assert port["default_gid"] == kv["default gid"]
 
 
-@needs_upstream
 def test_ibstatus_ethernet_port():
     ports = {p["name"]: p for p in parse_ibstatus(IBSTATUS_FILES[0].read_text())}
     eth = ports["mlx5_8"]

@@ -11,9 +11,7 @@ import pytest
 import agentd.host.fs as fs
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.netdev import read_netdevs
-from upstream import SYSFS_TREES, materialize, upstream_available
-
-needs_upstream = pytest.mark.skipif(not upstream_available(), reason="shared/upstream not present")
+from tests.support.fixtures import SYSFS_TREES, flattened_copy
 
 
 def _read(root: Path, **kw):
@@ -29,11 +27,11 @@ def _file_int(path: Path) -> int:
     return int(path.read_text().strip())
 
 
-@needs_upstream
-@pytest.mark.parametrize("materialized", [False, True], ids=["as-is", "materialized"])
-def test_procfs_eth0(materialized, tmp_path):
+@pytest.mark.parametrize("flattened", [False, True], ids=["as-is", "flattened"])
+def test_procfs_eth0(flattened, tmp_path):
     src = SYSFS_TREES / "procfs-fixtures"
-    root = materialize(src, tmp_path / "r") if materialized else src
+    root = flattened_copy(src, tmp_path / "r") if flattened else src
+    assert (src / "sys/class/net/eth0/device").is_symlink()
     netdevs, ctx = _read(root)
     assert ctx.errors == []
     (eth0,) = netdevs
@@ -52,15 +50,15 @@ def test_procfs_eth0(materialized, tmp_path):
         assert got == files
     assert eth0.ecn.np == {0: True, 1: True, 2: False, 3: True, 4: True, 5: False, 6: True, 7: True}
     assert eth0.ecn.rp == {0: True, 1: True, 2: False, 3: True, 4: True, 5: False, 6: True, 7: False}
-    if materialized:  # device -> ../../../devices/pci0000:00/0000:00:1f.6/
+    if not flattened:  # device -> ../../../devices/pci0000:00/0000:00:1f.6/
         assert (eth0.pci_bus_id, eth0.is_virtual) == ("0000:00:1f.6", False)
     else:  # the flattened link is a plain file: no PCI id, but no exception either
         assert eth0.pci_bus_id is None
 
 
-@needs_upstream
-def test_node_exporter_materialized(tmp_path):
-    root = materialize(SYSFS_TREES / "node-exporter-fixtures", tmp_path / "r")
+def test_node_exporter_as_is():
+    root = SYSFS_TREES / "node-exporter-fixtures"
+    assert (root / "sys/class/net/eth0").is_symlink()
     netdevs, ctx = _read(root)
     assert ctx.errors == []
     # bonding_masters is a plain file: skipped
@@ -82,14 +80,12 @@ def test_node_exporter_materialized(tmp_path):
     assert all(x.ecn is None for x in netdevs)  # no ecn dirs
 
 
-@needs_upstream
-def test_node_exporter_as_is():
-    netdevs, ctx = _read(SYSFS_TREES / "node-exporter-fixtures")
+def test_node_exporter_flattened(tmp_path):
+    netdevs, ctx = _read(flattened_copy(SYSFS_TREES / "node-exporter-fixtures", tmp_path / "r"))
     assert ctx.errors == []
     assert [n.name for n in netdevs] == ["bond0", "dmz", "int"]  # flattened eth0 link is a file
 
 
-@needs_upstream
 def test_gpud_has_no_class_net():
     netdevs, ctx = _read(SYSFS_TREES / "gpud-h100-ndr")
     assert netdevs == ()

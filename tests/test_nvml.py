@@ -17,7 +17,7 @@ from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.nvml import normalize_bus_id, read_nvml
 from agentd.host.runner import Lane
 from agentd.model import NvLink, NvmlGpu, NvmlInfo
-from upstream import OUTPUTS
+from tests.support.fixtures import OUTPUTS
 
 H100_Q = OUTPUTS / "nvidia-smi-q.h100-sxm-8gpu.535.161.08.txt"
 
@@ -75,7 +75,6 @@ def h100_info_from_nvidia_smi() -> NvmlInfo:
     return NvmlInfo(available=True, driver_version=driver, cuda_driver_version=int(major) * 1000 + int(minor) * 10, gpus=tuple(gpus))
 
 
-@pytest.mark.skipif(not H100_Q.is_file(), reason="shared/upstream outputs not available")
 def test_sim_round_trip_real_h100_node(tmp_path):
     info = h100_info_from_nvidia_smi()
     assert len(info.gpus) == 8 and info.cuda_driver_version == 12020

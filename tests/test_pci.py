@@ -14,10 +14,8 @@ from agentd.host import pci
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.pci import parse_config_space, parse_link_speed, read_pci, tree_position
 from agentd.model import ReadError
-from pcitree import BRIDGE, GPU_3D, NIC_IB, NVME, PORT_TYPE_CODES, PciTree, config_space
-from upstream import SYSFS_TREES, materialize, upstream_available
-
-needs_upstream = pytest.mark.skipif(not upstream_available(), reason="../shared/upstream not present")
+from tests.support.fixtures import SYSFS_TREES, TREES, flattened_copy
+from tests.support.pcitree import BRIDGE, GPU_3D, NIC_IB, NVME, PORT_TYPE_CODES, PciTree, config_space
 
 
 def read(root: Path) -> tuple[tuple, ReadContext]:
@@ -33,9 +31,9 @@ def by_bdf(devs) -> dict:
 # real fixtures
 
 
-@needs_upstream
-def test_procfs_fixture_tree(tmp_path):
-    devs, ctx = read(materialize(SYSFS_TREES / "procfs-fixtures", tmp_path / "root"))
+def test_procfs_fixture_tree():
+    root = SYSFS_TREES / "procfs-fixtures"
+    devs, ctx = read(root)
     assert ctx.errors == []
     assert [d.bdf for d in devs] == ["0000:00:02.1", "0000:01:00.0", "0000:a2:00.0"]
     d = by_bdf(devs)
@@ -57,16 +55,15 @@ def test_procfs_fixture_tree(tmp_path):
     assert nic.numa_node == 1 and nic.local_cpulist == "64-127"
     assert nic.max_link_speed_gts == 16.0 and nic.current_link_width == 8
     assert nic.driver == "ice"  # the link dangles: its target is not in the fixture
-    assert not os.path.exists(tmp_path / "root/sys/devices/pci0000:a2/0000:a2:00.0/driver")
+    assert not os.path.exists(root / "sys/devices/pci0000:a2/0000:a2:00.0/driver")
     assert (nic.root_complex, nic.parent_chain) == ("pci0000:a2", ())
     # No config files in the fixtures: port type and ACS unknown, and that is not an error.
     assert all(x.pcie_port_type is None and x.acs_ctrl is None for x in devs)
     assert ctx.files_read > 0
 
 
-@needs_upstream
-def test_node_exporter_fixture_tree(tmp_path):
-    devs, ctx = read(materialize(SYSFS_TREES / "node-exporter-fixtures", tmp_path / "root"))
+def test_node_exporter_fixture_tree():
+    devs, ctx = read(SYSFS_TREES / "node-exporter-fixtures")
     assert ctx.errors == []
     d = by_bdf(devs)
     assert sorted(d) == ["0000:00:02.1", "0000:01:00.0", "0000:45:00.0"]
@@ -83,10 +80,9 @@ def test_node_exporter_fixture_tree(tmp_path):
     assert igb.driver == "igb" and igb.current_link_speed_gts == 5.0
 
 
-@needs_upstream
 @pytest.mark.parametrize("tree", ["procfs-fixtures", "node-exporter-fixtures"])
-def test_fixture_values_match_the_files(tmp_path, tree):
-    root = materialize(SYSFS_TREES / tree, tmp_path / "root")
+def test_fixture_values_match_the_files(tree):
+    root = SYSFS_TREES / tree
     devs, _ = read(root)
     for dev in devs:
         d = root / "sys/bus/pci/devices" / dev.bdf
@@ -97,10 +93,11 @@ def test_fixture_values_match_the_files(tmp_path, tree):
                 assert getattr(dev, attr) == int((d / attr).read_text())
 
 
-@needs_upstream
-@pytest.mark.parametrize("tree", sorted(p.name for p in SYSFS_TREES.iterdir() if p.is_dir()) if upstream_available() else [])
-def test_reads_each_tree_as_is_without_raising(tree):
-    devs, ctx = read(SYSFS_TREES / tree)  # flattened links: regular files, not directories
+@pytest.mark.parametrize("flattened", [False, True], ids=["as-is", "flattened"])
+@pytest.mark.parametrize("tree", TREES)
+def test_reads_each_tree_without_raising(tree, flattened, tmp_path):
+    src = SYSFS_TREES / tree  # flattened: links are regular files, not directories
+    devs, ctx = read(flattened_copy(src, tmp_path / tree) if flattened else src)
     assert isinstance(devs, tuple)
     assert all(isinstance(e, ReadError) and e.source == "pci" for e in ctx.errors)
 

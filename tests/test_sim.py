@@ -19,7 +19,7 @@ from agentd.sim.fault_kinds import KINDS
 from agentd.sim.net import format_mlnx_qos, parse_ethtool
 from agentd.sim.pcicfg import CAP_EXP, SPEED_GEN, find_cap, read_acs_ctrl, read_class_code, read_link_status, read_port_type
 from agentd.sim.tree import restore_path, snapshot_tree
-from upstream import OUTPUTS
+from tests.support.fixtures import OUTPUTS
 
 PROFILES = sorted(sim.PROFILES)
 MARKER = ".agentd-sim/profile.json"

@@ -18,8 +18,8 @@ from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.pci import read_pci
 from agentd.host.topology import classify_path, gpu_nic_paths, nearest
 from agentd.model import PciDevice
-from pcitree import BRIDGE, GPU_3D, NIC_ETH, NIC_IB, NVSWITCH, PciTree, TopoMatrix, parse_topo_matrix
-from upstream import OUTPUTS, upstream_available
+from tests.support.fixtures import OUTPUTS
+from tests.support.pcitree import BRIDGE, GPU_3D, NIC_ETH, NIC_IB, NVSWITCH, PciTree, TopoMatrix, parse_topo_matrix
 
 VGA = 0x030000
 CX7 = {"vendor": 0x15B3, "device": 0x1021, "driver": "mlx5_core"}
@@ -99,10 +99,6 @@ def assert_matrix(matrix: TopoMatrix, names: dict[str, str], devices: dict[str, 
             assert got == cell, f"{row}-{col}: {got} != nvidia-smi {cell}"
 
 
-needs_upstream = pytest.mark.skipif(not upstream_available(), reason="../shared/upstream not present")
-
-
-@needs_upstream
 @pytest.mark.parametrize("mode", sorted(CONFIG_MODES))
 @pytest.mark.parametrize("machine", sorted(MACHINES))
 def test_reproduces_nvidia_smi_matrix(tmp_path, machine, mode):
@@ -118,7 +114,6 @@ def test_reproduces_nvidia_smi_matrix(tmp_path, machine, mode):
     assert_matrix(matrix, names, devices)
 
 
-@needs_upstream
 def test_single_socket_reporting_minus_one(tmp_path):
     """Many one-socket boards report numa_node -1: still NODE, never SYS."""
     matrix = parse_topo_matrix((OUTPUTS / MACHINES["puget"][0]).read_text())
@@ -127,7 +122,6 @@ def test_single_socket_reporting_minus_one(tmp_path):
     assert_matrix(matrix, names, devices)
 
 
-@needs_upstream
 def test_nvswitches_are_not_gpus(tmp_path):
     fname, _ = MACHINES["gke-a4"]
     matrix = parse_topo_matrix((OUTPUTS / fname).read_text())

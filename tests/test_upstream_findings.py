@@ -1,4 +1,4 @@
-"""The real trees under ../shared/upstream/sysfs judged end to end (issue 3).
+"""The real upstream sysfs trees (vendored in tests/fixtures/sysfs) judged end to end (issue 3).
 
 Each expected finding is what the tree's own files show; docs/upstream-findings.md
 explains per tree why these are right and why nothing else should fire.
@@ -7,14 +7,12 @@ explains per tree why these are right and why nothing else should fire.
 from __future__ import annotations
 
 import pytest
-from upstream import SYSFS_TREES, materialize, upstream_available
 
 from agentd.config import AgentConfig
 from agentd.collection.collector import collect_once
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
-
-pytestmark = pytest.mark.skipif(not upstream_available(), reason="../shared/upstream is not beside this checkout")
+from tests.support.fixtures import SYSFS_TREES, flattened_copy
 
 GPUD_PORTS = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9", "mlx5_bond_0"]
 
@@ -34,8 +32,8 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("tree", sorted(EXPECTED))
-def test_real_tree_findings_match_its_files(tree, tmp_path):
-    root = materialize(SYSFS_TREES / tree, tmp_path / tree)
+def test_real_tree_findings_match_its_files(tree):
+    root = SYSFS_TREES / tree
     cfg = AgentConfig(host_root=root)
     snap = collect_once(HostRoot.at(root), cfg)
     j = judge(snap, (), cfg, None)
@@ -50,7 +48,8 @@ def test_real_tree_findings_match_its_files(tree, tmp_path):
 
 
 @pytest.mark.parametrize("tree", sorted(EXPECTED))
-def test_real_tree_as_shipped_reads_without_exception(tree):
-    # In some checkouts the fixtures' symlinks are flattened into files: still no crash.
-    snap = collect_once(HostRoot.at(SYSFS_TREES / tree), AgentConfig(host_root=SYSFS_TREES / tree))
+def test_real_tree_flattened_reads_without_exception(tree, tmp_path):
+    # Copies that do not keep symlinks turn them into files holding the target: still no crash.
+    root = flattened_copy(SYSFS_TREES / tree, tmp_path / tree)
+    snap = collect_once(HostRoot.at(root), AgentConfig(host_root=root))
     assert snap.hcas

@@ -6,13 +6,9 @@ port -> endpoint, with ``parent_chain`` listing the bridges from the root comple
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from agentd.config import AgentConfig
 from agentd.model import Finding, Gid, Gpu, Hca, IbPort, Netdev, NodeSnapshot, NumaNode, PciDevice, SystemInfo
 from agentd.judging.roles import HcaRoles, hca_roles
-
-NCCL_TOPO_DIR = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "nccl-topo"
 
 GEN5 = ("32.0 GT/s PCIe", 32.0)
 GEN4 = ("16.0 GT/s PCIe", 16.0)

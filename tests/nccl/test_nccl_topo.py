@@ -2,11 +2,12 @@
 
 import xml.etree.ElementTree as ET
 
-from nccl_fixtures import BRIDGE, GEN4, NCCL_TOPO_DIR, bdf, ib_node, pci, pcie_node, roce_node, roles_for
+from nccl_fixtures import BRIDGE, GEN4, bdf, ib_node, pci, pcie_node, roce_node, roles_for
 
 from agentd.model import Gpu, Hca, NodeSnapshot, SystemInfo
 from agentd.nccl.topo import build_topo, nic_busid, render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml
+from tests.support.fixtures import NCCL_TOPO
 
 
 def render(snap):
@@ -155,7 +156,7 @@ def ndv5_like() -> NodeSnapshot:
 
 
 def test_same_structure_as_azure_ndv5():
-    azure = (NCCL_TOPO_DIR / "azure-ndv5-topo.xml").read_text()
+    azure = (NCCL_TOPO / "azure-ndv5-topo.xml").read_text()
     mine = render(ndv5_like())
     assert tree(mine) == tree(azure)
     # and both carry the full cpu attribute set

@@ -1,10 +1,11 @@
 """The NCCL-rule checker: it must fail where NCCL's own reader fails or misreads."""
 
 import pytest
-from nccl_fixtures import NCCL_TOPO_DIR, ib_node, roles_for
+from nccl_fixtures import ib_node, roles_for
 
 from agentd.nccl.topo import render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml, scan_topo_xml
+from tests.support.fixtures import NCCL_TOPO
 
 MINI = """<system version="1">
   <cpu numaid="0" affinity="0000ffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
@@ -43,13 +44,13 @@ def test_rendered_file_passes():
 
 @pytest.mark.parametrize("name", ["azure-ndv2-topo.xml", "azure-ndv4-topo.xml", "azure-ndv5-topo.xml"])
 def test_azure_files_pass(name):
-    assert check_topo_xml((NCCL_TOPO_DIR / name).read_text()) == []
+    assert check_topo_xml((NCCL_TOPO / name).read_text()) == []
 
 
 def test_azure_ncv4_report():
     """NCv4 carries gpu/nvlink/nic/net elements and link_speed="": NCCL parses it, but the
     values override detection. What the checker says, for the record."""
-    issues = scan_topo_xml((NCCL_TOPO_DIR / "azure-ncv4-topo.xml").read_text())
+    issues = scan_topo_xml((NCCL_TOPO / "azure-ncv4-topo.xml").read_text())
     kinds = {(i.severity, i.message.split(" ")[0]) for i in issues}
     assert ("error", "<gpu>") in kinds and ("error", "<nvlink>") in kinds
     assert ("error", "<nic>") in kinds and ("error", "<net>") in kinds
