@@ -11,7 +11,6 @@ from agentd.judging.checks.common import (
     CounterChange,
     counter_change,
     exceeds,
-    finding,
     in_window,
     is_saturated,
     pma_max,
@@ -97,11 +96,6 @@ def test_in_window_picks_recent_or_the_newest_older_one():
     assert in_window([], 1000.0, 200.0) == []
     # snapshots not older than now are ignored (defensive: history must be earlier)
     assert in_window([node(t=1000.0), node(t=2000.0)], 1000.0, 200.0) == []
-
-
-def test_finding_message_is_one_line():
-    f = finding("x.y", "warning", "node", "a\nb   c")
-    assert f.message == "a b c"
 
 
 def test_in_window_thins_keeping_oldest_and_newest():

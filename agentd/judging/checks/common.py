@@ -1,4 +1,4 @@
-"""Shared pieces of the checks: Finding builders, subjects, history windows, counter math.
+"""Shared pieces of the checks: history windows, counter math, severities.
 
 Counter rules (the reason this module exists):
 - A rate needs two readings of the same counter with increasing ``taken_at``. No history
@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Literal, Sequence
 
 from agentd.judging.baseline import Baseline
 from agentd.config import AgentConfig
-from agentd.model import Finding, IbPort, Netdev, NodeSnapshot, Severity
+from agentd.model import IbPort, Netdev, NodeSnapshot, Severity
 from agentd.judging.roles import HcaRoles, hca_roles
 
 
@@ -85,36 +85,7 @@ def is_saturated(name: str, value: int | None) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# findings and subjects
-
-
-def finding(
-    code: str,
-    severity: Severity,
-    subject: str,
-    message: str,
-    remediation: str = "",
-    *,
-    measured: str | float | int | None = None,
-    expected: str | float | int | None = None,
-) -> Finding:
-    return Finding(
-        code=code,
-        severity=severity,
-        subject=subject,
-        message=" ".join(message.split()),  # always one line
-        remediation=remediation,
-        measured=measured,
-        expected=expected,
-    )
-
-
-def port_subject(hca: str, port: int) -> str:
-    return f"{hca}:{port}"
-
-
-def gpu_subject(index: int) -> str:
-    return f"gpu{index}"
+# severities and numbers (finding() and the subjects: agentd.judging.findings)
 
 
 def cap(severity: Severity, limit: Severity) -> Severity:

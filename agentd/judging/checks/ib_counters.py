@@ -14,14 +14,13 @@ from agentd.judging.checks.common import (
     counter_change,
     earlier,
     exceeds,
-    finding,
     fmt,
     in_window,
     is_saturated,
     pma_max,
     port_index,
-    port_subject,
 )
+from agentd.judging.findings import finding, port_subject
 from agentd.model import Finding, IbPort, NodeSnapshot
 
 _CABLE = "reseat or replace the cable/transceiver and check the switch port (`mlxlink -d {hca} -p {port} -c`)"
