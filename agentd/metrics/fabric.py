@@ -9,6 +9,7 @@ from agentd.base.expo import Exposition, Family
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 from agentd.base.ids import bus_id_label
+from agentd.base.pma import PMA_COUNTER_WIDTHS, is_saturated
 
 G, C = "gauge", "counter"
 DP = ("device", "port")
@@ -54,15 +55,6 @@ IB_HW_COUNTERS: dict[str, str] = {
     "rx_icrc_encapsulated": "received_icrc_encapsulated_errors_total",
     "roce_adp_retrans": "roce_adp_retransmits_total",
     "duplicate_request": "duplicate_requests_received_total",
-}
-# PMA counter widths in bits (IBTA PortCounters); a value at 2^bits-1 has stopped counting.
-COUNTER_BITS: dict[str, int] = {
-    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
-    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16,
-    "port_xmit_discards": 16, "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8,
-    "local_link_integrity_errors": 4, "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
-    "port_xmit_data": 32, "port_rcv_data": 32, "port_xmit_packets": 32, "port_rcv_packets": 32,
-    "port_xmit_wait": 32,
 }
 _PRIO_PAUSE = re.compile(r"^(rx|tx)_prio([0-7])_pause$")
 _PRIO_PAUSE_DURATION = re.compile(r"^(rx|tx)_prio([0-7])_pause_duration$")
@@ -144,9 +136,8 @@ def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, st
             x.add(f"agentd_ib_port_{known[0]}", lab, value * known[1])
         else:
             x.add("agentd_ib_port_hw_counters_total", (h.name, p.port, name), value)
-        bits = COUNTER_BITS.get(name)
-        if bits is not None:
-            x.add("agentd_ib_port_pma_saturated", (h.name, p.port, name), value == (1 << bits) - 1 or value == (1 << 64) - 1)
+        if name in PMA_COUNTER_WIDTHS:
+            x.add("agentd_ib_port_pma_saturated", (h.name, p.port, name), is_saturated(name, value))
     for name, value in p.hw_counters.items():
         if name == "lifespan":
             x.add("agentd_ib_port_hw_counters_lifespan_seconds", lab, value / 1000)

@@ -6,14 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentd.base.pma import is_saturated, pma_max
 from agentd.judging.checks.common import (
     MIN_EVENTS,
     CounterChange,
     counter_change,
     exceeds,
     in_window,
-    is_saturated,
-    pma_max,
 )
 
 from .builders import node

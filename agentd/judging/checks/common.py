@@ -6,8 +6,9 @@ Counter rules (the reason this module exists):
 - A counter that went backwards was reset (driver reload, ``perfquery -R``): the readings
   before the reset are ignored and the rate is measured from the first reading after it.
   A reset in the latest step is reported, never turned into a negative or zero rate.
-- A counter at its PMA maximum (8/16/32-bit IB PortCounters) no longer counts: its rate is
-  unknown, and it is reported as saturated instead of being read as flat.
+- A counter at its PMA maximum (agentd.base.pma: 4 to 16-bit error counters, data
+  counters 32 or 64-bit) no longer counts: its rate is unknown, and it is reported as
+  saturated instead of being read as flat.
 - Small counts over short spans are noise for low thresholds (one symbol error in a 2 s
   ``agentd check`` window is 1800/h): a threshold above zero also needs ``MIN_EVENTS``
   events. A threshold of exactly zero means "any increase" as published (NVSentinel).
@@ -48,40 +49,6 @@ MIN_EVENTS = 3
 # always kept). Thinning can only hide a reset followed by a rise above the earlier value,
 # which makes the rate lower, never higher: no false alarm, bounded cost per cycle.
 MAX_READINGS = 60
-
-# IB PortCounters widths (IBA PortCounters; Linux drivers/infiniband/core/sysfs.c).
-# The data/packet counters are 64-bit when the PMA supports PortCountersExtended, and
-# sysfs then prints the 64-bit value under the same name: only an exact 2^32-1 is read
-# as saturation for them.
-PMA_COUNTER_BITS: dict[str, int] = {
-    "symbol_error": 16,
-    "link_error_recovery": 8,
-    "link_downed": 8,
-    "port_rcv_errors": 16,
-    "port_rcv_remote_physical_errors": 16,
-    "port_rcv_switch_relay_errors": 16,
-    "port_xmit_discards": 16,
-    "port_xmit_constraint_errors": 8,
-    "port_rcv_constraint_errors": 8,
-    "local_link_integrity_errors": 4,
-    "excessive_buffer_overrun_errors": 4,
-    "VL15_dropped": 16,
-    "port_xmit_data": 32,
-    "port_rcv_data": 32,
-    "port_xmit_packets": 32,
-    "port_rcv_packets": 32,
-    "port_xmit_wait": 32,
-}
-
-
-def pma_max(name: str) -> int | None:
-    bits = PMA_COUNTER_BITS.get(name)
-    return None if bits is None else (1 << bits) - 1
-
-
-def is_saturated(name: str, value: int | None) -> bool:
-    ceiling = pma_max(name)
-    return ceiling is not None and value == ceiling
 
 
 # ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ The finding code is ``ib.counter.<name>``: one stable code per counter.
 
 from __future__ import annotations
 
+from agentd.base.pma import is_saturated, pma_max, pma_width
 from agentd.judging.checks.common import (
     CheckInput,
     cap,
@@ -16,8 +17,6 @@ from agentd.judging.checks.common import (
     exceeds,
     fmt,
     in_window,
-    is_saturated,
-    pma_max,
     port_index,
 )
 from agentd.judging.findings import finding, port_subject
@@ -60,7 +59,7 @@ def _rate_findings(inp: CheckInput, window: list[NodeSnapshot], indexes: list[di
         current = _value(p, name)
         if current is None:
             continue
-        ceiling = pma_max(name) if name in p.counters else None
+        ceiling = pma_max(name, current) if name in p.counters else None
         pts = [(s.taken_at, _value(ix.get((hca, p.port)), name)) for s, ix in zip(window, indexes, strict=True)]
         change = counter_change([*pts, (inp.snapshot.taken_at, current)], ceiling)
         if not exceeds(change, th.per_s):
@@ -86,10 +85,10 @@ def _saturated(window: list[NodeSnapshot], indexes: list[dict[tuple[str, int], I
         value = p.counters[name]
         if not is_saturated(name, value):
             continue
-        bits = (pma_max(name) or 0).bit_length()
+        bits = pma_width(name, value)
         change = counter_change(
             [*((s.taken_at, _value(ix.get((hca, p.port)), name)) for s, ix in zip(window, indexes, strict=True)), (now, value)],
-            pma_max(name),
+            pma_max(name, value),
         )
         rose = f", rose >= {change.delta} in the last {fmt(change.seconds)} s" if change.delta > 0 else ""
         parts.append(f"{name}={value} ({bits}-bit max{rose})")
