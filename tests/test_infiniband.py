@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 import agentd.host.fs as fs
+from agentd.collection.collector import IB_PARTS, PROBE_TIERS, Collector
+from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot, ReadContext
-from agentd.host.infiniband import read_infiniband
+from agentd.host.infiniband import PARTS, read_infiniband
 from tests.support.ib_oracles import roce_v2_gid_index
 from tests.support.fixtures import SYSFS_TREES, TREES, flattened_copy, writable_copy
 
@@ -23,9 +25,9 @@ def _root(tree: str, flattened: bool, tmp_path: Path) -> Path:
     return flattened_copy(src, tmp_path / tree) if flattened else src
 
 
-def _read(root: Path, **kw):
+def _read(root: Path, parts=PARTS):
     ctx = ReadContext(HostRoot.at(root), "infiniband")
-    return read_infiniband(ctx, **kw), ctx
+    return read_infiniband(ctx, parts), ctx
 
 
 def _by_name(hcas):
@@ -153,12 +155,19 @@ def test_node_exporter_fixture(flattened, tmp_path):
     assert p1.counters["port_rcv_data"] == 4631917
 
 
-def test_counters_and_gids_can_be_skipped():
-    hcas, ctx = _read(SYSFS_TREES / "gpud-h100-ndr", counters=False, gids=False)
+def test_parts_not_asked_for_are_not_read():
+    hcas, ctx = _read(SYSFS_TREES / "gpud-h100-ndr", ("link",))
     assert all(p.counters == {} and p.hw_counters == {} for h in hcas for p in h.ports)
-    assert all(p.state == "ACTIVE" for h in hcas for p in h.ports)
+    assert all(h.fw_ver is None and h.hca_type is None for h in hcas)
+    assert all(p.state == "ACTIVE" and p.rate_gbps is not None for h in hcas for p in h.ports)
     full, ctx_full = _read(SYSFS_TREES / "gpud-h100-ndr")
     assert ctx.files_read < ctx_full.files_read
+    assert [h.name for h in hcas] == [h.name for h in full]
+
+
+def test_unknown_part_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="state"):
+        _read(tmp_path, ("link", "state"))
 
 
 # ---------------------------------------------------------------------------
@@ -314,7 +323,7 @@ def test_roce_gid_table(tmp_path, monkeypatch):
 def test_roce_netdev_without_gids(tmp_path, monkeypatch):
     _roce_node(tmp_path)
     opened = _recording(monkeypatch)
-    (hca,), ctx = _read(tmp_path, gids=False)
+    (hca,), ctx = _read(tmp_path, ("inventory",))
     assert ctx.errors == [] and hca.ports[0].gids == ()
     assert hca.ports[0].netdev == "ens1f0np0"
     assert not any("/gids/" in p for p in opened)
@@ -353,6 +362,46 @@ def test_ib_ports_netdevs_and_pci(tmp_path, monkeypatch, device_link):
     assert [[g.index for g in p.gids] for p in hca.ports] == [[0], [0]]
     assert hca.ports[0].gids[0].type is None
     assert not any(p.endswith("gids/2") for p in opened)
+
+
+# The collector's IB probes (one per tier): together they open every file of a full read,
+# each once (link_layer, which several parts need, aside), and their merge is a full read.
+
+
+def _two_node_kinds(root: Path, node: str) -> None:
+    if node == "roce":
+        _roce_node(root)
+        _w(next(root.glob("sys/devices/**/ports/1")) / "counters/port_rcv_data", "7\n")
+    else:
+        _ib_node(root, device_link=True)
+
+
+@pytest.mark.parametrize("node", ["roce", "ib"])
+def test_ib_probes_read_each_file_once(tmp_path, monkeypatch, node):
+    _two_node_kinds(tmp_path, node)
+    opened = _recording(monkeypatch)
+    _read(tmp_path)
+    everything = set(opened)
+    by_probe = {}
+    for probe, parts in IB_PARTS.items():
+        opened.clear()
+        _read(tmp_path, parts)
+        by_probe[probe] = [p for p in opened if not p.endswith("/link_layer")]
+    assert set().union(*by_probe.values()) == {p for p in everything if not p.endswith("/link_layer")}
+    seen = [p for files in by_probe.values() for p in files]
+    assert sorted(seen) == sorted(set(seen))  # no file opened twice, within or across probes
+    assert {PROBE_TIERS[p] for p in IB_PARTS} == {"fast", "medium", "slow"}
+    assert any(p.endswith("/state") for p in by_probe["ib"]) and any(p.endswith("/fw_ver") for p in by_probe["ib_gids"])
+
+
+@pytest.mark.parametrize("node", ["roce", "ib"])
+def test_ib_probes_merge_into_a_full_read(tmp_path, node):
+    _two_node_kinds(tmp_path, node)
+    c = Collector(HostRoot.at(tmp_path), AgentConfig(host_root=tmp_path))
+    c.run_sync(list(IB_PARTS))
+    full, _ = _read(tmp_path)
+    assert c.snapshot().hcas == full
+    assert full[0].pci_bus_id and full[0].ports[0].netdev and full[0].ports[0].gids and full[0].ports[0].state
 
 
 def test_natural_order_and_escaping_entry(tmp_path):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Literal, Mapping
+from types import MappingProxyType
+from typing import Any, Literal
 
 from agentd.config import AgentConfig
 from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, system
@@ -25,6 +27,7 @@ from agentd.model import (
     Netdev,
     NodeSnapshot,
     NvmlInfo,
+    PciDevice,
     ProbeStatus,
     ReadError,
     SystemInfo,
@@ -63,12 +66,20 @@ class ProbeSpec:
     after: tuple[str, ...] = ()  # probes whose output this one needs
 
 
+# One InfiniBand read per tier, each with only the parts that tier needs, so every file is
+# read in one tier; assemble() merges the three into one Hca list.
+IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
+    "ib": ("link",),  # fast: port state, phys_state, rate, LIDs
+    "ib_counters": ("counters",),  # medium
+    "ib_gids": ("gids", "inventory"),  # slow: GID tables, HCA attributes, PCI, NUMA, port netdevs
+})
+
 PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("system", "slow", lambda c, o: system.read_system(c), SystemInfo()),
     ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
-    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, counters=False, gids=False), ()),
-    ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, counters=True, gids=False), ()),
-    ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, counters=False, gids=True), ()),
+    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), ()),
+    ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), ()),
+    ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ()),
     ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), ()),
     ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
     ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",)),
@@ -76,6 +87,9 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True),
 )
 PROBE_BY_NAME = {p.name: p for p in PROBES}
+# The probe catalogue: every probe name with its tier, in collection order. Tests, the
+# daemon's tier loops and the metrics take probe names from here.
+PROBE_TIERS: Mapping[str, Tier] = MappingProxyType({p.name: p.tier for p in PROBES})
 
 
 def probes_in(tiers: Iterable[Tier]) -> list[str]:
@@ -92,26 +106,29 @@ def _data(outputs: Mapping[str, ProbeOutput], name: str) -> Any:
     return out.data if out is not None else PROBE_BY_NAME[name].empty
 
 
-def _merge_hcas(state: tuple[Hca, ...], counters: tuple[Hca, ...], gids: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
+def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
+    """The HCAs and ports of the fast read (``link``), with the medium read's counters and
+    the slow read's GID tables, port netdevs and HCA inventory (attributes, PCI, NUMA)."""
+    inventory = {h.name: h for h in slow}
     by_counters = {(h.name, p.port): p for h in counters for p in h.ports}
-    by_gids = {(h.name, p.port): p for h in gids for p in h.ports}
+    by_slow = {(h.name, p.port): p for h in slow for p in h.ports}
     merged = []
-    for h in state:
+    for h in link:
         ports = []
         for p in h.ports:
             c = by_counters.get((h.name, p.port))
-            g = by_gids.get((h.name, p.port))
+            s = by_slow.get((h.name, p.port))
             upd: dict[str, Any] = {}
             if c is not None:
                 upd["counters"] = c.counters
                 upd["hw_counters"] = c.hw_counters
-            if g is not None:
-                upd["gids"] = g.gids
-                if p.netdev is None and g.netdev is not None:
-                    upd["netdev"] = g.netdev
+            if s is not None:
+                upd["gids"] = s.gids
+                upd["netdev"] = s.netdev
             ports.append(p.model_copy(update=upd) if upd else p)
-        numa = h.numa_node if h.numa_node is not None else pci_numa.get(h.pci_bus_id or "")
-        merged.append(h.model_copy(update={"ports": tuple(ports), "numa_node": numa}))
+        base = inventory.get(h.name, h)  # the link read has no inventory: defaults until slow runs
+        numa = base.numa_node if base.numa_node is not None else pci_numa.get(base.pci_bus_id or "")
+        merged.append(base.model_copy(update={"ports": tuple(ports), "numa_node": numa}))
     return tuple(merged)
 
 
@@ -127,7 +144,7 @@ def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]],
     return tuple(out)
 
 
-def _gpus(pci_devs: tuple, hcas: tuple[Hca, ...], nv: NvmlInfo) -> tuple[Gpu, ...]:
+def _gpus(pci_devs: tuple[PciDevice, ...], hcas: tuple[Hca, ...], nv: NvmlInfo) -> tuple[Gpu, ...]:
     pci_gpus = {d.bdf: d for d in pci_devs if d.is_gpu and d.vendor_id == NVIDIA}
     nvml_by_bus = {g.pci_bus_id: g for g in nv.gpus} if nv.available else {}
     paths = gpu_nic_paths(pci_devs, {h.name: h.pci_bus_id for h in hcas if h.pci_bus_id})
@@ -156,7 +173,8 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
     hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
     netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"))
     nv = _data(outputs, "nvml")
-    # ib, ib_counters and ib_gids read the same port files: report a bad file once.
+    # Each IB tier lists the same HCA and port directories (and ib, ib_gids both read
+    # link_layer): report a bad entry once.
     errors: dict[tuple[str, str], ReadError] = {}
     for o in outputs.values():
         for e in o.errors:
@@ -260,8 +278,9 @@ class Collector:
                 t0 = time.monotonic()
                 fut, _ = self._lane(spec.name).submit(self._body, spec, dict(self.outputs))
                 try:
-                    return self._record(spec, await await_future(fut, self._timeout(spec)), None, False, 0)
-                except (TimeoutError, asyncio.TimeoutError):
+                    result = await await_future(fut, self._timeout(spec))
+                    return self._record(spec, result, None, False, 0)
+                except TimeoutError:
                     return self._record(spec, None, None, True, self._timeout(spec))
                 except Exception as e:  # noqa: BLE001
                     return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
@@ -272,7 +291,7 @@ class Collector:
     def snapshot(self, taken_at: float | None = None) -> NodeSnapshot:
         return assemble(self.outputs, str(self.host.root), time.time() if taken_at is None else taken_at)
 
-    def with_config(self, config: AgentConfig) -> "Collector":
+    def with_config(self, config: AgentConfig) -> Collector:
         return replace(self, config=config)
 
 

@@ -3,6 +3,16 @@
 Reads what the kernel exposes (Documentation/ABI/stable/sysfs-class-infiniband) and never
 judges it. Counter values are stored raw (IB data counters count 4-byte words).
 
+The caller says which parts to read (``parts``), so each collection tier opens only the
+files it needs; every part lists the HCAs and their ports, and fields of parts not read
+keep their defaults:
+
+- ``link``: each port's state, phys_state, rate, link_layer, lid and sm_lid.
+- ``counters``: each port's ``counters/``, ``counters_ext/`` and ``hw_counters/``.
+- ``gids``: each port's GID table.
+- ``inventory``: the HCA's attributes (hca_type, fw_ver, board_id, node_guid), PCI
+  function, NUMA node and driver, and each port's netdev.
+
 Cost: a node has ~10 HCAs and a RoCE port up to 255 GID slots, so files are opened only
 when needed: attributes of a GID (``gid_attrs/types``, ``ndevs``) only for non-empty
 slots, and on InfiniBand ports the GID table is read only up to the first empty slot
@@ -12,29 +22,38 @@ older kernels costs a firmware query each).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, Literal
 
+from agentd.base.ids import natural_key
 from agentd.host import ibparse
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.host.netdev import bdf_of_class_path, is_bdf, link_bdf
 from agentd.model import Gid, Hca, IbPort
-from agentd.base.ids import natural_key
 
 CLASS_IB = "sys/class/infiniband"
 
 # Counter directories read into IbPort.counters (in this order) and hw_counters.
 _COUNTER_DIRS = ("counters", "counters_ext")
 _HW_COUNTERS_SKIP = frozenset({"lifespan"})  # a refresh interval, not a counter
-# With gids=False, the port netdev is looked up in this many leading ndevs slots (the
-# default MAC-derived GIDs sit at the start of the table).
+# A RoCE port's netdev is looked up first in this many leading ndevs slots (the default
+# MAC-derived GIDs sit at the start of the table).
 _NDEV_PROBE_SLOTS = 4
 
+Part = Literal["link", "counters", "gids", "inventory"]
+PARTS: frozenset[Part] = frozenset(("link", "counters", "gids", "inventory"))
 
-def read_infiniband(ctx: ReadContext, *, counters: bool = True, gids: bool = True) -> tuple[Hca, ...]:
+
+def read_infiniband(ctx: ReadContext, parts: Iterable[Part] = PARTS) -> tuple[Hca, ...]:
+    """Every HCA with the ``parts`` asked for (all by default), in natural name order."""
+    want = frozenset(parts)
+    if not want <= PARTS:
+        raise ValueError(f"unknown InfiniBand parts: {sorted(want - PARTS)}")
     hcas: list[Hca] = []
     for name in ctx.listdir(CLASS_IB):
         try:
-            hca = _read_hca(ctx, name, counters=counters, gids=gids)
+            hca = _read_hca(ctx, name, want)
         except (OSError, ValueError) as e:  # never let one device hide the others
             ctx.error(f"{CLASS_IB}/{name}", "unreadable", f"{type(e).__name__}: {e}")
             continue
@@ -72,15 +91,28 @@ class _PciNetdevs:
         return out
 
 
-def _read_hca(ctx: ReadContext, name: str, *, counters: bool, gids: bool) -> Hca | None:
+def _read_hca(ctx: ReadContext, name: str, parts: frozenset[Part]) -> Hca | None:
     entry = f"{CLASS_IB}/{name}"
     real = ctx.resolve(entry)
     if real is None or not real.is_dir():
         return None
 
-    device_dir = ctx.resolve(f"{entry}/device")
-    if device_dir is None and bdf_of_class_path(real, "infiniband"):
-        device_dir = real.parent.parent
+    inventory: dict[str, Any] = {}
+    device_dir = None
+    if "inventory" in parts:
+        device_dir = ctx.resolve(f"{entry}/device")
+        if device_dir is None and bdf_of_class_path(real, "infiniband"):
+            device_dir = real.parent.parent
+        inventory = _read_inventory(ctx, entry, real, device_dir)
+
+    netdevs = _PciNetdevs(ctx, device_dir)
+    ports = []
+    for port, pname in _numbered(ctx.listdir(f"{entry}/ports", required=True)):
+        ports.append(_read_port(ctx, f"{entry}/ports/{pname}", port, netdevs, parts))
+    return Hca(name=name, ports=tuple(ports), **inventory)
+
+
+def _read_inventory(ctx: ReadContext, entry: str, real: Path, device_dir: Path | None) -> dict[str, Any]:
     pci = link_bdf(ctx, f"{entry}/device") or bdf_of_class_path(real, "infiniband")
     if pci is None and device_dir is not None:
         # An auxiliary/SF device (mlx5_core.sf.N) hangs below its PCI function.
@@ -96,66 +128,54 @@ def _read_hca(ctx: ReadContext, name: str, *, counters: bool, gids: bool) -> Hca
             numa_node = None
         driver = ctx.readlink_name(device_dir / "driver")
 
-    netdevs = _PciNetdevs(ctx, device_dir)
-    ports = []
-    for port, pname in _numbered(ctx.listdir(f"{entry}/ports", required=True)):
-        ports.append(_read_port(ctx, f"{entry}/ports/{pname}", port, netdevs, counters=counters, gids=gids))
-
     def attr(a: str) -> str | None:
         return ctx.text(f"{entry}/{a}") or None
 
-    return Hca(
-        name=name,
-        hca_type=attr("hca_type"),
-        fw_ver=attr("fw_ver"),
-        board_id=attr("board_id"),
-        node_guid=attr("node_guid"),
-        pci_bus_id=pci,
-        numa_node=numa_node,
-        driver=driver,
-        ports=tuple(ports),
-    )
+    return {
+        "hca_type": attr("hca_type"),
+        "fw_ver": attr("fw_ver"),
+        "board_id": attr("board_id"),
+        "node_guid": attr("node_guid"),
+        "pci_bus_id": pci,
+        "numa_node": numa_node,
+        "driver": driver,
+    }
 
 
-def _read_port(
-    ctx: ReadContext, pdir: str, port: int, netdevs: _PciNetdevs, *, counters: bool, gids: bool
-) -> IbPort:
-    state_id, state = _state(ctx, f"{pdir}/state")
-    phys_id, phys = _state(ctx, f"{pdir}/phys_state")
-    rate_raw = _required_text(ctx, f"{pdir}/rate")
-    gbps, width, gen = ibparse.parse_rate(rate_raw)
-    if rate_raw and gbps is None:
-        ctx.error(f"{pdir}/rate", "unparsable", f"unknown rate {rate_raw[:60]!r}")
-    link_layer = _required_text(ctx, f"{pdir}/link_layer")
+def _read_port(ctx: ReadContext, pdir: str, port: int, netdevs: _PciNetdevs, parts: frozenset[Part]) -> IbPort:
+    fields: dict[str, Any] = {}
+    link_layer = None
+    if parts & {"link", "gids", "inventory"}:  # GID table length and netdev lookup depend on it
+        link_layer = fields["link_layer"] = _required_text(ctx, f"{pdir}/link_layer")
+    if "link" in parts:
+        fields["state_id"], fields["state"] = _state(ctx, f"{pdir}/state")
+        fields["phys_state_id"], fields["phys_state"] = _state(ctx, f"{pdir}/phys_state")
+        rate_raw = _required_text(ctx, f"{pdir}/rate")
+        gbps, width, gen = ibparse.parse_rate(rate_raw)
+        if rate_raw and gbps is None:
+            ctx.error(f"{pdir}/rate", "unparsable", f"unknown rate {rate_raw[:60]!r}")
+        fields.update(rate_raw=rate_raw, rate_gbps=gbps, width=width, generation=gen)
+        fields["lid"] = ctx.integer(f"{pdir}/lid", base=16)
+        fields["sm_lid"] = ctx.integer(f"{pdir}/sm_lid", base=16)
+    if "counters" in parts:
+        fields["counters"] = _read_counters(ctx, pdir, _COUNTER_DIRS)
+        fields["hw_counters"] = _read_counters(ctx, pdir, ("hw_counters",), skip=_HW_COUNTERS_SKIP)
 
     gid_table: tuple[Gid, ...] = ()
-    netdev = None
-    if gids:
-        gid_table = _read_gids(ctx, pdir, full=link_layer != "InfiniBand")
-        netdev = next((g.netdev for g in gid_table if g.netdev), None)
-    elif link_layer != "InfiniBand":
-        netdev = _first_ndev(ctx, pdir)
-    if netdev is None:
-        netdev = netdevs.for_port(port)
-
-    return IbPort(
-        port=port,
-        state=state,
-        state_id=state_id,
-        phys_state=phys,
-        phys_state_id=phys_id,
-        rate_raw=rate_raw,
-        rate_gbps=gbps,
-        width=width,
-        generation=gen,
-        link_layer=link_layer,
-        lid=ctx.integer(f"{pdir}/lid", base=16),
-        sm_lid=ctx.integer(f"{pdir}/sm_lid", base=16),
-        gids=gid_table,
-        counters=_read_counters(ctx, pdir, _COUNTER_DIRS) if counters else {},
-        hw_counters=_read_counters(ctx, pdir, ("hw_counters",), skip=_HW_COUNTERS_SKIP) if counters else {},
-        netdev=netdev,
-    )
+    ndevs_seen: dict[int, str | None] = {}  # gid_attrs/ndevs/<i> already read for the table
+    if "gids" in parts:
+        gid_table = fields["gids"] = _read_gids(ctx, pdir, full=link_layer != "InfiniBand", ndevs_seen=ndevs_seen)
+    if "inventory" in parts:
+        # The port's netdev: a leading GID's ndev (RoCE), else the PCI function's netdev
+        # for this port (IPoIB, or a RoCE port whose leading slots are empty), else any
+        # GID's ndev.
+        netdev = _first_ndev(ctx, pdir, ndevs_seen) if link_layer != "InfiniBand" else None
+        if netdev is None:
+            netdev = netdevs.for_port(port)
+        if netdev is None:
+            netdev = next((g.netdev for g in gid_table if g.netdev), None)
+        fields["netdev"] = netdev
+    return IbPort(port=port, **fields)
 
 
 def _numbered(names: list[str]) -> list[tuple[int, str]]:
@@ -198,7 +218,7 @@ def _read_counters(
     return out
 
 
-def _read_gids(ctx: ReadContext, pdir: str, *, full: bool) -> tuple[Gid, ...]:
+def _read_gids(ctx: ReadContext, pdir: str, *, full: bool, ndevs_seen: dict[int, str | None]) -> tuple[Gid, ...]:
     slots = _numbered(ctx.listdir(f"{pdir}/gids"))
     attrs = set(ctx.listdir(f"{pdir}/gid_attrs"))
     out: list[Gid] = []
@@ -213,14 +233,16 @@ def _read_gids(ctx: ReadContext, pdir: str, *, full: bool) -> tuple[Gid, ...]:
             continue
         # EINVAL on an attribute (slot emptied under us, or a container view) -> None.
         gtype = ctx.text(f"{pdir}/gid_attrs/types/{slot}") if "types" in attrs else None
-        ndev = ctx.text(f"{pdir}/gid_attrs/ndevs/{slot}") if "ndevs" in attrs else None
+        ndev = None
+        if "ndevs" in attrs:
+            ndev = ndevs_seen[i] = ctx.text(f"{pdir}/gid_attrs/ndevs/{slot}")
         out.append(Gid(index=i, gid=text.lower(), type=gtype or None, netdev=ndev or None))
     return tuple(out)
 
 
-def _first_ndev(ctx: ReadContext, pdir: str) -> str | None:
+def _first_ndev(ctx: ReadContext, pdir: str, ndevs_seen: dict[int, str | None]) -> str | None:
     for i in range(_NDEV_PROBE_SLOTS):
-        ndev = ctx.text(f"{pdir}/gid_attrs/ndevs/{i}")
+        ndev = ndevs_seen[i] if i in ndevs_seen else ctx.text(f"{pdir}/gid_attrs/ndevs/{i}")
         if ndev:
             return ndev
     return None
