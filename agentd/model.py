@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentd.base.ids import CLASS_BRIDGE_OTHER, CLASS_BRIDGE_PCI, GPU_CLASSES, VENDOR_NVIDIA, pci_class
 
@@ -345,14 +345,119 @@ Severity = Literal["ok", "warning", "critical"]
 SEVERITY_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
 
 
+SubjectKind = Literal[
+    "node",  # the node as a whole: "node"
+    "hca",  # an RDMA device: name "mlx5_0"
+    "port",  # a port of an RDMA device: name (the HCA) and port: "mlx5_0:1"
+    "pci",  # a PCI function (a link, a bridge): bus_id "0000:1b:00.0"
+    "gpu",  # a GPU: index "gpu3", or only its bus_id when it has no index (gone from the node)
+    "nvlink",  # one NVLink of a GPU: index and link "gpu3:link5"
+    "netdev",  # a network interface: name "ens1np0"
+    "probe",  # a data source: name "nvml"; with path, one read of it "infiniband:class/..." ("*": the rest)
+    "check",  # one of agentd's checks: name "ib.check_ports"
+    "file",  # a file (or set of files) agentd writes for others: name "nfd-features", "nccl"
+    "bench",  # the NCCL benchmark: name the runner, or "all_reduce/256MiB" for one op and size
+    "text",  # given as text only (tests, JSON read back): shown as given, joined to nothing
+]
+
+# kind -> (fields it must have, fields it may have); any other id field must be None.
+_SUBJECT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "node": ((), ()),
+    "hca": (("name",), ()),
+    "port": (("name", "port"), ()),
+    "pci": (("bus_id",), ()),
+    "gpu": ((), ("index", "bus_id")),
+    "nvlink": (("index", "link"), ()),
+    "netdev": (("name",), ()),
+    "probe": (("name",), ("path",)),
+    "check": (("name",), ()),
+    "file": (("name",), ()),
+    "bench": (("name",), ()),
+    "text": (("name",), ()),
+}
+
+
+class Subject(Record):
+    """What a finding is about, as data: a kind and the ids that name the thing.
+
+    ``str(subject)`` is the text every output shows (JSON ``subject``, text lines, the
+    ``agentd_finding`` label): ``mlx5_3:1``, ``gpu3``, ``0000:1b:00.0``, ``ens1np0``,
+    ``node``. Code that relates findings to devices (``NCCL_IB_HCA``) compares these fields,
+    never the text. Build them with the constructors in ``agentd.judging.findings``.
+    """
+
+    kind: SubjectKind
+    name: str | None = None  # hca, port (the HCA), netdev, probe, check, file, bench, text
+    port: int | None = None  # port
+    index: int | None = None  # gpu, nvlink: the GPU index
+    link: int | None = None  # nvlink
+    bus_id: str | None = None  # pci; gpu (optional)
+    path: str | None = None  # probe: the path one read failed on, "*" for the rest
+
+    @model_validator(mode="after")
+    def _ids_fit_kind(self) -> Subject:
+        required, optional = _SUBJECT_FIELDS[self.kind]
+        for f in ("name", "port", "index", "link", "bus_id", "path"):
+            given = getattr(self, f) is not None
+            if f in required and not given:
+                raise ValueError(f"a {self.kind} subject needs {f}")
+            if given and f not in required and f not in optional:
+                raise ValueError(f"a {self.kind} subject has no {f}")
+        if self.kind == "gpu" and self.index is None and self.bus_id is None:
+            raise ValueError("a gpu subject needs index or bus_id")
+        return self
+
+    def __str__(self) -> str:
+        k = self.kind
+        if k == "node":
+            return "node"
+        if k == "port":
+            return f"{self.name}:{self.port}"
+        if k == "pci":
+            return str(self.bus_id)
+        if k == "gpu":
+            return f"gpu{self.index}" if self.index is not None else str(self.bus_id)
+        if k == "nvlink":
+            return f"gpu{self.index}:link{self.link}"
+        if k == "probe" and self.path is not None:
+            return f"{self.name}:{self.path}"
+        return str(self.name)
+
+
 class Finding(Record):
+    """One judgement about one thing. ``about`` is the thing, as data; ``subject`` is its
+    text (``str(about)``), kept as a field so every output shows it exactly as before.
+
+    Production code builds findings with ``agentd.judging.findings.finding`` only (a test
+    keeps it so). Given ``subject`` text without ``about`` (tests, JSON read back), the
+    finding is about a ``text`` subject: shown the same, related to no device.
+    ``about`` is not serialised: JSON has the ``subject`` text only.
+    """
+
     code: str  # stable, dotted: ib.port.down
     severity: Severity
-    subject: str  # mlx5_3:1, gpu3, 0000:1b:00.0, node
+    subject: str  # str(about): mlx5_3:1, gpu3, 0000:1b:00.0, node
     message: str  # one line, measured and expected values
     remediation: str = ""
     measured: str | float | int | None = None
     expected: str | float | int | None = None
+    about: Subject = Field(exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _subject_text(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        about = data.get("about")
+        if about is None:
+            if "subject" in data:
+                return {**data, "about": Subject(kind="text", name=data["subject"])}
+            return data
+        about = about if isinstance(about, Subject) else Subject.model_validate(about)
+        text = str(about)
+        if data.get("subject", text) != text:
+            raise ValueError(f"subject {data['subject']!r} is not the text of about ({text!r})")
+        return {**data, "about": about, "subject": text}
 
 
 def overall_status(findings: list[Finding] | tuple[Finding, ...]) -> Literal["ok", "degraded", "critical"]:

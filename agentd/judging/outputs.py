@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from agentd.judging.findings import file_subject, finding
 from agentd.model import Finding
 from agentd.records import FileStatus
 
@@ -15,28 +16,28 @@ def output_findings(files: Sequence[FileStatus], nccl_problems: Sequence[str] = 
     out: list[Finding] = []
     for f in files:
         if not f.ok:
-            out.append(Finding(
-                code="nccl.file.write_failed", severity="warning", subject=f.name,
-                message=f"cannot write {f.path}: {f.error or 'unknown error'}; the previous file is kept and the write is retried every cycle ({f.failures_total} failures so far)",
-                remediation="check the filesystem (full, read-only, permissions) of the path; with the packaged unit only /etc/nccl is writable",
+            out.append(finding(
+                "nccl.file.write_failed", "warning", file_subject(f.name),
+                f"cannot write {f.path}: {f.error or 'unknown error'}; the previous file is kept and the write is retried every cycle ({f.failures_total} failures so far)",
+                "check the filesystem (full, read-only, permissions) of the path; with the packaged unit only /etc/nccl is writable",
                 measured=f.failures_total,
             ))
         if f.drift:
-            out.append(Finding(
-                code="nccl.file.drift", severity="warning", subject=f.name,
-                message=f"{f.path} was changed by someone else and is not restored (nccl.restore_drift is off)",
-                remediation="move local NCCL settings into nccl.overrides in agentd's config, or set nccl.restore_drift = true",
+            out.append(finding(
+                "nccl.file.drift", "warning", file_subject(f.name),
+                f"{f.path} was changed by someone else and is not restored (nccl.restore_drift is off)",
+                "move local NCCL settings into nccl.overrides in agentd's config, or set nccl.restore_drift = true",
             ))
     if nccl_problems:
-        out.append(Finding(
-            code="nccl.render.invalid", severity="warning", subject="nccl",
-            message="NCCL files not updated, the rendered values fail validation: " + "; ".join(nccl_problems)[:400],
-            remediation="fix the nccl.* settings named in the message (agentd check --format json shows them)",
+        out.append(finding(
+            "nccl.render.invalid", "warning", file_subject("nccl"),
+            "NCCL files not updated, the rendered values fail validation: " + "; ".join(nccl_problems)[:400],
+            "fix the nccl.* settings named in the message (agentd check --format json shows them)",
         ))
     if topo_problems:
-        out.append(Finding(
-            code="nccl.topo.invalid", severity="warning", subject="nccl",
-            message=f"topology XML not written, it fails NCCL's parser rules ({len(topo_problems)} problems): {topo_problems[0]}",
-            remediation="report this with `agentd inspect --format json`; NCCL falls back to its own detection meanwhile (NCCL_TOPO_FILE is left out)",
+        out.append(finding(
+            "nccl.topo.invalid", "warning", file_subject("nccl"),
+            f"topology XML not written, it fails NCCL's parser rules ({len(topo_problems)} problems): {topo_problems[0]}",
+            "report this with `agentd inspect --format json`; NCCL falls back to its own detection meanwhile (NCCL_TOPO_FILE is left out)",
         ))
     return out

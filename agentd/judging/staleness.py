@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from agentd.judging.findings import finding, probe_subject
 from agentd.model import Finding, NodeSnapshot, sort_findings
 
 STALE_CODE = "agentd.data.stale"
@@ -42,12 +43,12 @@ def stale_findings(snap: NodeSnapshot | None, limits: Mapping[str, float], probe
             what = f"last succeeded {measured:.1f} s ago"
         why = f"; last run: {p.error}" if p is not None and p.error else ""
         out.append(
-            Finding(
-                code=STALE_CODE,
-                severity="critical",
-                subject=name,
-                message=f"probe {name} {what} (limit {limit:.1f} s){why}",
-                remediation="the data source is hung or failing: check the agentd log and the source (driver, NVML, sysfs); the node's health is unknown until it answers",
+            finding(
+                STALE_CODE,
+                "critical",
+                probe_subject(name),
+                f"probe {name} {what} (limit {limit:.1f} s){why}",
+                "the data source is hung or failing: check the agentd log and the source (driver, NVML, sysfs); the node's health is unknown until it answers",
                 measured=measured,
                 expected=limit,
             )

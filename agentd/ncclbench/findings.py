@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 
 from agentd.ncclbench.expect import Expectation
 from agentd.ncclbench.results import BenchRun
+from agentd.judging.findings import bench_subject, finding
 from agentd.model import Finding
 
 BELOW_MIN = "bench.nccl.below_min"
@@ -70,22 +71,22 @@ def judge_run(run: BenchRun, expected: Sequence[Expectation], current: Iterable[
     out: list[Finding] = []
     if run.status in ("failed", "timeout"):
         out.append(
-            Finding(
-                code=FAILED,
-                severity="warning",
-                subject=run.runner or "bench",
-                message=f"NCCL benchmark did not complete ({run.status}): {run.reason or 'no reason given'}",
-                remediation="Run `agentd bench nccl` by hand to see the full output; check GPU health (nvidia-smi), NCCL env file and that no job holds the GPUs.",
+            finding(
+                FAILED,
+                "warning",
+                bench_subject(run.runner or "bench"),
+                f"NCCL benchmark did not complete ({run.status}): {run.reason or 'no reason given'}",
+                "Run `agentd bench nccl` by hand to see the full output; check GPU health (nvidia-smi), NCCL env file and that no job holds the GPUs.",
             )
         )
     if run.status == "wrong_results":
         out.append(
-            Finding(
-                code=WRONG,
-                severity="critical",
-                subject=run.runner or "bench",
-                message=f"NCCL benchmark found wrong results: {run.reason}",
-                remediation="Data was corrupted in a collective: drain the node; check NVLink/PCIe error counters, GPU ECC (XID) and NIC errors before returning it to service.",
+            finding(
+                WRONG,
+                "critical",
+                bench_subject(run.runner or "bench"),
+                f"NCCL benchmark found wrong results: {run.reason}",
+                "Data was corrupted in a collective: drain the node; check NVLink/PCIe error counters, GPU ECC (XID) and NIC errors before returning it to service.",
             )
         )
     by_key = {(e.op, e.size_bytes): e for e in expected}
@@ -96,15 +97,15 @@ def judge_run(run: BenchRun, expected: Sequence[Expectation], current: Iterable[
             continue
         exp = f", expected {e.expected_gbps:.1f}" if e.expected_gbps is not None else ""
         out.append(
-            Finding(
-                code=BELOW_MIN,
-                severity="warning",
-                subject=f"{r.op}/{size_label(r.size_bytes)}",
-                message=(
+            finding(
+                BELOW_MIN,
+                "warning",
+                bench_subject(f"{r.op}/{size_label(r.size_bytes)}"),
+                (
                     f"{r.op} {size_label(r.size_bytes)} on {run.n_ranks or '?'} ranks ({run.transport}, {run.runner or '?'}): bus bandwidth "
                     f"{r.busbw_gbps:.1f} GB/s below the minimum {e.min_gbps:.1f} GB/s{exp} ({run.fabric or 'unknown fabric'})"
                 ),
-                remediation=_remediation(causes, run.transport),
+                _remediation(causes, run.transport),
                 measured=round(r.busbw_gbps, 3),
                 expected=round(e.min_gbps, 3),
             )

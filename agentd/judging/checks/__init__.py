@@ -20,7 +20,8 @@ from agentd.judging.checks import (
     probes,
     roce,
 )
-from agentd.judging.checks.common import CheckInput, finding
+from agentd.judging.checks.common import CheckInput
+from agentd.judging.findings import check_subject, finding
 from agentd.model import Finding, sort_findings
 from agentd.judging.roles import HcaRoles, hca_roles
 
@@ -55,7 +56,7 @@ def _error(name: str, exc: BaseException) -> Finding:
     return finding(
         "agentd.check.error",
         "warning",
-        name,
+        check_subject(name),
         f"check {name} raised {type(exc).__name__}{': ' + text if text else ''}; its findings are missing",
         "an agentd bug: report it with `agentd inspect --format json` output; the other checks still ran",
         measured=type(exc).__name__,

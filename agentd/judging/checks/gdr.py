@@ -12,7 +12,8 @@ Judged only on nodes with GPUs and compute HCAs.
 
 from __future__ import annotations
 
-from agentd.judging.checks.common import CheckInput, finding
+from agentd.judging.checks.common import CheckInput
+from agentd.judging.findings import NODE, finding
 from agentd.model import Finding, GdrInfo, NodeSnapshot
 
 DMABUF_MIN_CUDA = 11070  # CUDA driver API version 11.7
@@ -60,7 +61,7 @@ def check_gdr(inp: CheckInput) -> list[Finding]:
         out.append(finding(
             "gdr.peermem.unregistered",
             "warning",
-            "node",
+            NODE,
             "nvidia_peermem is loaded but none of NCCL's peer-memory version files exists "
             f"({', '.join(NCCL_PEERMEM_PATHS)}): NCCL will not use it",
             "reload it after the nvidia and mlx5/ib_core modules (`modprobe -r nvidia_peermem; modprobe nvidia_peermem`) "
@@ -77,7 +78,7 @@ def check_gdr(inp: CheckInput) -> list[Finding]:
         out.append(finding(
             "gdr.path",
             "ok",
-            "node",
+            NODE,
             "GPUDirect RDMA possible via " + " and ".join(paths),
             measured="peermem" if peermem and blockers else "dmabuf" if not peermem else "peermem+dmabuf",
         ))
@@ -86,7 +87,7 @@ def check_gdr(inp: CheckInput) -> list[Finding]:
     out.append(finding(
         "gdr.unavailable",
         "critical",
-        "node",
+        NODE,
         f"no GPUDirect RDMA path for {len(snap.gpus)} GPUs and {len(roles.compute)} compute HCAs: "
         f"{peer_why}; DMA-BUF not possible ({', '.join(blockers)})",
         "load nvidia_peermem (`modprobe nvidia_peermem`), or use the open GPU kernel modules on Linux >= 5.12 "

@@ -12,7 +12,8 @@ HCA model and link layer.
 
 from __future__ import annotations
 
-from agentd.judging.checks.common import CheckInput, earlier, finding, fmt, port_subject
+from agentd.judging.checks.common import CheckInput, earlier, fmt
+from agentd.judging.findings import NODE, finding, port_subject
 from agentd.config import Expectations
 from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
 from agentd.judging.roles import HcaRoles
@@ -161,7 +162,7 @@ def check_ports(inp: CheckInput) -> list[Finding]:
             if not p.is_active:
                 out.append(_not_active(inp, roles, h, p))
                 if roles.is_compute(h.name):
-                    not_active.append(port_subject(h.name, p.port))
+                    not_active.append(str(port_subject(h.name, p.port)))
                 continue
             if roles.is_compute(h.name):
                 active_compute += 1
@@ -171,7 +172,7 @@ def check_ports(inp: CheckInput) -> list[Finding]:
         out.append(finding(
             "ib.ports.count",
             "critical",
-            "node",
+            NODE,
             f"{active_compute} ACTIVE compute HCA ports, expected {expect.hca_ports} (expect.hca_ports){others}",
             "bring the missing ports up or replace the missing HCAs; check hca.compute selects the right devices",
             measured=active_compute,

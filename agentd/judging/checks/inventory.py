@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from agentd.judging.checks.common import CheckInput, finding, port_subject
+from agentd.judging.checks.common import CheckInput
+from agentd.judging.findings import NODE, finding, gpu_subject, hca_subject, port_subject
 from agentd.model import Finding
 
 _GPU_CHECK = "check `lspci -d 10de:` and dmesg (Xid 79, AER, link down); reseat or RMA the GPU"
@@ -24,7 +25,7 @@ def check_inventory(inp: CheckInput) -> list[Finding]:
     out: list[Finding] = []
     if expect.gpus is not None and len(snap.gpus) < expect.gpus:
         out.append(finding(
-            "inventory.gpu.count", "critical", "node",
+            "inventory.gpu.count", "critical", NODE,
             f"{len(snap.gpus)} GPUs found, expected {expect.gpus} (expect.gpus)",
             _GPU_CHECK + "; or fix expect.gpus", measured=len(snap.gpus), expected=expect.gpus))
     base = inp.baseline
@@ -34,7 +35,7 @@ def check_inventory(inp: CheckInput) -> list[Finding]:
     for bg in base.gpus:
         if bg.pci_bus_id not in gpu_buses:
             out.append(finding(
-                "inventory.gpu.missing", "critical", bg.pci_bus_id,
+                "inventory.gpu.missing", "critical", gpu_subject(bus_id=bg.pci_bus_id),
                 f"GPU {bg.pci_bus_id} (gpu{bg.index}{', ' + bg.name if bg.name else ''}) is in the baseline "
                 f"but not on the node now ({len(snap.gpus)} of {len(base.gpus)} GPUs present)",
                 _GPU_HINT, measured="absent", expected="present"))
@@ -44,7 +45,7 @@ def check_inventory(inp: CheckInput) -> list[Finding]:
         if h is None:
             where = f" at {bh.pci_bus_id}" if bh.pci_bus_id else ""
             out.append(finding(
-                "inventory.hca.missing", "critical", bh.name,
+                "inventory.hca.missing", "critical", hca_subject(bh.name),
                 f"{bh.role} HCA {bh.name}{where} ({bh.hca_type or 'unknown model'}) is in the baseline but not on the node now",
                 _HCA_HINT, measured="absent", expected="present"))
             continue

@@ -12,7 +12,8 @@ not NCCL's data path) only when ``expect.ipoib_mtu`` is set.
 
 from __future__ import annotations
 
-from agentd.judging.checks.common import CheckInput, finding, port_subject, roce_compute_ports
+from agentd.judging.checks.common import CheckInput, roce_compute_ports
+from agentd.judging.findings import finding, netdev_subject, port_subject
 from agentd.model import Finding
 
 
@@ -34,7 +35,7 @@ def check_mtu(inp: CheckInput) -> list[Finding]:
         out.append(finding(
             "mtu.mismatch",
             "critical",
-            nd.name,
+            netdev_subject(nd.name),
             f"RoCE compute netdev of {port_subject(hca, p.port)} has MTU {nd.mtu}, expected {expect.roce_mtu} "
             f"(expect.roce_mtu){seen}",
             f"set it (`ip link set {nd.name} mtu {expect.roce_mtu}`, and persistently in the network config) to match "
@@ -49,7 +50,7 @@ def check_mtu(inp: CheckInput) -> list[Finding]:
             out.append(finding(
                 "mtu.mismatch",
                 "warning",
-                nd.name,
+                netdev_subject(nd.name),
                 f"IPoIB netdev MTU {nd.mtu}, expected {expect.ipoib_mtu} (expect.ipoib_mtu)",
                 f"set it (`ip link set {nd.name} mtu {expect.ipoib_mtu}`; connected mode allows up to 65520, "
                 "datagram mode 4092 on a 4K IB MTU) and persistently in the network config",
@@ -60,7 +61,7 @@ def check_mtu(inp: CheckInput) -> list[Finding]:
             out.append(finding(
                 "mtu.ipoib",
                 "ok",
-                nd.name,
+                netdev_subject(nd.name),
                 f"IPoIB MTU {nd.mtu}" + ("" if expect.ipoib_mtu is not None else " (not judged: expect.ipoib_mtu unset)"),
                 measured=nd.mtu,
                 expected=expect.ipoib_mtu,

@@ -18,11 +18,10 @@ from agentd.judging.checks.common import (
     CheckInput,
     counter_change,
     exceeds,
-    finding,
     fmt,
-    gpu_subject,
     in_window,
 )
+from agentd.judging.findings import finding, gpu_subject, nvlink_subject
 from agentd.model import Finding, NodeSnapshot, NvLink, NvmlGpu
 
 _LOST_HINT = ("check `nvidia-smi` and dmesg for Xid 79 (fallen off the bus) / 48 / 74; drain the node, "
@@ -36,12 +35,12 @@ def _lost(inp: CheckInput) -> list[Finding]:
     out: dict[int, Finding] = {}
     for g in snap.nvml.gpus:
         if g.error:
-            out[g.index] = finding("gpu.lost", "critical", gpu_subject(g.index),
+            out[g.index] = finding("gpu.lost", "critical", gpu_subject(g.index, g.pci_bus_id),
                                    f"NVML error for {g.pci_bus_id}: {g.error}", _LOST_HINT, measured=g.error)
     for gpu in snap.gpus:
         if gpu.in_nvml is False and gpu.index not in out:
             out[gpu.index] = finding(
-                "gpu.lost", "critical", gpu_subject(gpu.index),
+                "gpu.lost", "critical", gpu_subject(gpu.index, gpu.pci_bus_id),
                 f"GPU {gpu.pci_bus_id} is on the PCI bus but NVML does not see it "
                 f"({len(snap.nvml.gpus)} GPUs in NVML, {len(snap.gpus)} on PCI)",
                 _LOST_HINT, measured="not in NVML", expected="in NVML")
@@ -58,11 +57,11 @@ def _down(inp: CheckInput, g: NvmlGpu) -> list[Finding]:
         if active >= expected:
             return []
         names = ", ".join(str(link.link) for link in down) or "none reported"
-        return [finding("nvlink.link.down", "critical", gpu_subject(g.index),
+        return [finding("nvlink.link.down", "critical", gpu_subject(g.index, g.pci_bus_id),
                         f"{active} NVLinks active, expected {expected} (expect.nvlinks_per_gpu); down links: {names}",
                         hint, measured=active, expected=expected)]
     return [
-        finding("nvlink.link.down", "critical", f"{gpu_subject(g.index)}:link{link.link}",
+        finding("nvlink.link.down", "critical", nvlink_subject(g.index, link.link),
                 f"NVLink {link.link} is supported but inactive ({active} of {len(g.nvlinks)} links up)",
                 hint, measured="down", expected="up")
         for link in down
@@ -88,7 +87,7 @@ def _errors(inp: CheckInput, window: list[NodeSnapshot], indexes: list[dict[tupl
                 rising.append(f"{name} +{change.delta} in {fmt(change.seconds)} s ({fmt(change.rate or 0)}/s)")
         if rising:
             out.append(finding(
-                "nvlink.link.errors", "warning", f"{gpu_subject(g.index)}:link{link.link}",
+                "nvlink.link.errors", "warning", nvlink_subject(g.index, link.link),
                 f"NVLink errors rising: {'; '.join(rising)}; threshold {fmt(limit)}/s (thresholds.nvlink_error_per_s)",
                 f"watch `nvidia-smi nvlink -e -i {g.index}`; rising CRC/replay/recovery counts point at the GPU "
                 "baseboard or NVSwitch tray: run DCGM diagnostics and plan an RMA if they persist",
@@ -104,7 +103,7 @@ def _fabric(g: NvmlGpu) -> Finding | None:
         return None
     shown = f"{state}" + (f", status {status}" if status else "")
     return finding(
-        "nvlink.fabric.incomplete", "critical", gpu_subject(g.index),
+        "nvlink.fabric.incomplete", "critical", gpu_subject(g.index, g.pci_bus_id),
         f"NVSwitch fabric registration {shown}, expected completed/success",
         "check that nvidia-fabricmanager (and on NVL systems the NVLink subnet manager) runs and its log; "
         "restart it, then the GPU fabric state must reach completed",

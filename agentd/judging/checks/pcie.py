@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentd.judging.checks.common import CheckInput, finding, gpu_subject
+from agentd.judging.checks.common import CheckInput
+from agentd.judging.findings import finding, gpu_subject, pci_subject
 from agentd.model import Finding, PathType, PciDevice, Severity
 from agentd.base.ids import natural_key
 
@@ -51,7 +52,7 @@ def _low(a: float | int | None, b: float | int | None) -> float | int | None:
 def _endpoints(inp: CheckInput) -> list[tuple[str, str, bool, bool]]:
     """(label, bdf, is_gpu, compute) for every GPU and HCA PCI function."""
     roles = inp.resolved_roles()
-    out = [(gpu_subject(g.index), g.pci_bus_id, True, True) for g in inp.snapshot.gpus]
+    out = [(str(gpu_subject(g.index)), g.pci_bus_id, True, True) for g in inp.snapshot.gpus]
     out += [(h.name, h.pci_bus_id, False, roles.is_compute(h.name)) for h in inp.snapshot.hcas if h.pci_bus_id]
     return out
 
@@ -102,7 +103,7 @@ def _judge(link: _Link) -> Finding | None:
     return finding(
         "pcie.link.downtrained",
         sev,
-        d.bdf,
+        pci_subject(d.bdf),
         f"PCIe {what} runs x{cur_w}{speed_now}, capable of x{exp_w}{speed_exp} ({ratio:.0%} of its bandwidth){note}",
         "reseat the card or riser and check the slot; `lspci -vv -s "
         f"{d.bdf}` shows LnkSta vs LnkCap; a retrain or reboot may restore it, a repeat means hardware",
@@ -121,6 +122,7 @@ def check_gpu_nic_paths(inp: CheckInput) -> list[Finding]:
     roles = inp.resolved_roles()
     expected = inp.config.expect.gpu_nic_path
     nearest: dict[int, tuple[str, str]] = {}
+    bus_ids = {g.index: g.pci_bus_id for g in inp.snapshot.gpus}
     for g in inp.snapshot.gpus:
         paths = [(PathType[p], n) for n, p in g.nic_paths.items() if roles.is_compute(n)]
         if paths:
@@ -129,7 +131,7 @@ def check_gpu_nic_paths(inp: CheckInput) -> list[Finding]:
     closer_layout = any(PathType[p] <= PathType.PXB for _, p in nearest.values())
     out: list[Finding] = []
     for index, (nic, path) in sorted(nearest.items()):
-        subject = gpu_subject(index)
+        subject = gpu_subject(index, bus_ids.get(index))
         out.append(finding("pcie.gpu_nic.path", "ok", subject, f"nearest compute NIC {nic} via {path}", measured=path))
         worse_than_config = expected is not None and PathType[path] > PathType[expected]
         if path == "SYS" and (worse_than_config or (expected is None and closer_layout)):
@@ -192,7 +194,7 @@ def check_acs(inp: CheckInput) -> list[Finding]:
         out.append(finding(
             "pcie.acs.redirect",
             "warning" if root else "critical",
-            b,
+            pci_subject(b),
             f"ACS {_acs_bits(ctrl)} (ACSCtl {ctrl:#06x}) on the {where} above {', '.join(labels)} on bare metal: {effect}",
             f"disable ACS in the BIOS or at boot (`setpci -s {b} ECAP_ACS+0x6.w=0000`), as NCCL's troubleshooting guide says"
             + ("; with the IOMMU on, use iommu=pt (or turn it off) for GPUDirect" if root else ""),

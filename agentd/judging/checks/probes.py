@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agentd.judging.checks.common import CheckInput, finding, fmt
+from agentd.judging.checks.common import CheckInput, fmt
+from agentd.judging.findings import finding, probe_subject
 from agentd.model import Finding, ProbeStatus, ReadError
 
 MAX_PER_SOURCE = 5
@@ -49,7 +50,7 @@ def _probe(inp: CheckInput, st: ProbeStatus) -> Finding | None:
             parts.append("it has never succeeded: no data")
     hint = ("a hung NVML usually means a GPU or driver fault: check dmesg for Xid errors and `nvidia-smi`"
             if "nvml" in st.name else "check dmesg and the device's driver; run `agentd inspect` for the read errors")
-    return finding("probe.failed", "warning", st.name, "; ".join(parts), hint,
+    return finding("probe.failed", "warning", probe_subject(st.name), "; ".join(parts), hint,
                    measured="timeout" if st.timed_out else "stale" if st.stale else "failed")
 
 
@@ -59,22 +60,22 @@ def _read_errors(errors: tuple[ReadError, ...]) -> list[Finding]:
         by_source.setdefault(e.source, []).append(e)
     out: list[Finding] = []
     for source, errs in by_source.items():
-        by_subject: dict[str, list[ReadError]] = {}
+        by_path: dict[str, list[ReadError]] = {}
         for e in errs:
-            by_subject.setdefault(f"{source}:{e.path}", []).append(e)
-        subjects = list(by_subject)
-        for subject in subjects[:MAX_PER_SOURCE]:
-            es = by_subject[subject]
+            by_path.setdefault(e.path, []).append(e)
+        paths = list(by_path)
+        for path in paths[:MAX_PER_SOURCE]:
+            es = by_path[path]
             e = es[0]
             detail = f": {e.detail}" if e.detail else ""
             more = f" (+{len(es) - 1} more)" if len(es) > 1 else ""
-            out.append(finding("probe.failed", "warning", subject, f"{source} read {e.kind}: {e.path}{detail}{more}",
+            out.append(finding("probe.failed", "warning", probe_subject(source, path), f"{source} read {e.kind}: {e.path}{detail}{more}",
                                _KIND_HINT.get(e.kind, ""), measured=e.kind))
-        rest = [e for s in subjects[MAX_PER_SOURCE:] for e in by_subject[s]]
+        rest = [e for p in paths[MAX_PER_SOURCE:] for e in by_path[p]]
         if rest:
             kinds = Counter(e.kind for e in rest)
             shown = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-            out.append(finding("probe.failed", "warning", f"{source}:*",
+            out.append(finding("probe.failed", "warning", probe_subject(source, "*"),
                                f"{len(rest)} more {source} read errors ({shown}), first: {rest[0].path}",
                                "run `agentd inspect` to list every read error", measured=len(rest)))
     return out
@@ -85,10 +86,10 @@ def check_probes(inp: CheckInput) -> list[Finding]:
     snap = inp.snapshot
     out = [f for st in snap.probes if (f := _probe(inp, st)) is not None]
     out.extend(_read_errors(snap.read_errors))
-    reported = {f.subject.split(":")[0] for f in out}
+    reported = {f.about.name for f in out}
     if snap.gpus and not snap.nvml.available and "nvml" not in reported:
         out.append(finding(
-            "probe.failed", "warning", "nvml",
+            "probe.failed", "warning", probe_subject("nvml"),
             f"NVML unavailable ({snap.nvml.error or 'no reason given'}) while {len(snap.gpus)} NVIDIA GPUs are on the PCI bus",
             "load the NVIDIA driver (`nvidia-smi` must work); without NVML agentd cannot see NVLinks or lost GPUs",
             measured="unavailable"))

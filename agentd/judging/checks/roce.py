@@ -20,13 +20,12 @@ from agentd.judging.checks.common import (
     CheckInput,
     counter_change,
     exceeds,
-    finding,
     fmt,
     in_window,
     port_index,
-    port_subject,
     roce_compute_ports,
 )
+from agentd.judging.findings import finding, netdev_subject, port_subject
 from agentd.model import Finding, Netdev, NodeSnapshot
 
 CNP_COUNTERS = (
@@ -58,7 +57,7 @@ def _ecn(nd: Netdev, prio: int) -> Finding | None:
     return finding(
         "roce.ecn.disabled",
         "critical",
-        nd.name,
+        netdev_subject(nd.name),
         f"ECN for priority {prio}: {shown}; expected np and rp on (roce.priority {prio})",
         f"enable it: `echo 1 > /sys/class/net/{nd.name}/ecn/roce_{off[0]}/enable/{prio}` (both roce_np and roce_rp), "
         "persistently via your NIC configuration tooling; without ECN, DCQCN cannot slow senders down",
@@ -74,7 +73,7 @@ def _pfc(nd: Netdev, prio: int) -> Finding | None:
     return finding(
         "roce.pfc.disabled",
         "critical",
-        nd.name,
+        netdev_subject(nd.name),
         f"PFC enabled on priorities {enabled}, expected priority {prio} (roce.priority)"
         + (f"; trust {nd.pfc.trust}" if nd.pfc.trust else ""),
         f"enable PFC on priority {prio} to match the switch (`mlnx_qos -i {nd.name} --pfc ...` or `dcb pfc set dev "
@@ -110,7 +109,7 @@ def _pause_storm(inp: CheckInput, window: list[NodeSnapshot], nd: Netdev) -> Fin
     return finding(
         "roce.pfc.pause_storm",
         "critical",
-        nd.name,
+        netdev_subject(nd.name),
         f"{direction}_prio{prio}_pause at {fmt(rate)} frames/s, threshold {fmt(limit)}/s "
         f"(thresholds.pause_storm_per_s): {meaning}",
         "find the congested or stuck end (switch port counters, `ethtool -S` on peers); enable the PFC watchdog on "

@@ -1,0 +1,79 @@
+"""The one way to make a Finding, and the subjects findings are about.
+
+Every finding in agentd (checks, staleness, file findings, the NCCL benchmark) is built
+by :func:`finding`: the message is always one line, and the subject is a typed
+:class:`~agentd.model.Subject` (never text). ``tests/test_findings.py`` fails on a raw
+``Finding(...)`` anywhere else in ``agentd/``. Pure.
+"""
+
+from __future__ import annotations
+
+from agentd.model import Finding, Severity, Subject
+
+NODE = Subject(kind="node")
+
+
+def finding(
+    code: str,
+    severity: Severity,
+    subject: Subject,
+    message: str,
+    remediation: str = "",
+    *,
+    measured: str | float | None = None,
+    expected: str | float | None = None,
+) -> Finding:
+    if not isinstance(subject, Subject) or subject.kind == "text":
+        raise TypeError(f"a finding is about a typed Subject, not {subject!r}")
+    return Finding(
+        code=code,
+        severity=severity,
+        subject=str(subject),
+        about=subject,
+        message=" ".join(message.split()),  # always one line
+        remediation=remediation,
+        measured=measured,
+        expected=expected,
+    )
+
+
+def hca_subject(name: str) -> Subject:
+    return Subject(kind="hca", name=name)
+
+
+def port_subject(hca: str, port: int) -> Subject:
+    return Subject(kind="port", name=hca, port=port)
+
+
+def pci_subject(bus_id: str) -> Subject:
+    return Subject(kind="pci", bus_id=bus_id)
+
+
+def gpu_subject(index: int | None = None, bus_id: str | None = None) -> Subject:
+    """``gpu3``; a GPU known only by its bus id (a baseline GPU gone from the node) shows as it."""
+    return Subject(kind="gpu", index=index, bus_id=bus_id)
+
+
+def nvlink_subject(gpu: int, link: int) -> Subject:
+    return Subject(kind="nvlink", index=gpu, link=link)
+
+
+def netdev_subject(name: str) -> Subject:
+    return Subject(kind="netdev", name=name)
+
+
+def probe_subject(name: str, path: str | None = None) -> Subject:
+    """A data source (``nvml``), or one read of it (``infiniband:class/...``; ``*``: the rest)."""
+    return Subject(kind="probe", name=name, path=path)
+
+
+def check_subject(name: str) -> Subject:
+    return Subject(kind="check", name=name)
+
+
+def file_subject(name: str) -> Subject:
+    return Subject(kind="file", name=name)
+
+
+def bench_subject(name: str) -> Subject:
+    return Subject(kind="bench", name=name)
