@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 import agentd
 from agentd.config import AgentConfig
-from agentd.model import Finding, NodeSnapshot
+from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Subject
 from agentd.nccl.envmodel import EnvVar, NcclEnv, Source, clean_comment
 from agentd.base.ncclvars import VALUE_CHARS, advise_var, validate_var
 from agentd.judging.roles import HcaRoles, hca_roles
@@ -33,12 +33,25 @@ NOT_SET_BY_DEFAULT = ("NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_ALGO", "N
 _SH_SAFE = re.compile(r"[A-Za-z0-9_.,:/@%+-]+")
 
 
+def _relation(s: Subject, hca: Hca, port: IbPort) -> int | None:
+    """How a subject relates to this port, closest first: 0 the port itself, 1 its HCA,
+    2 the HCA's PCI function, 3 the port's netdev; None: unrelated. A critical finding
+    about any of them takes the port out of NCCL_IB_HCA."""
+    if s.kind == "port" and s.name == hca.name and s.port == port.port:
+        return 0
+    if s.kind == "hca" and s.name == hca.name:
+        return 1
+    if s.kind == "pci" and hca.pci_bus_id is not None and s.bus_id == hca.pci_bus_id:
+        return 2
+    if s.kind == "netdev" and port.netdev is not None and s.name == port.netdev:
+        return 3
+    return None
+
+
 def port_verdicts(snapshot: NodeSnapshot, findings: Sequence[Finding], roles: HcaRoles) -> tuple[list[str], list[str]]:
-    """(healthy compute ports "mlx5_0:1", left-out ports "mlx5_3:1 DOWN"), in NCCL order."""
-    critical: dict[str, str] = {}
-    for f in findings:
-        if f.severity == "critical":
-            critical.setdefault(f.subject, f.code)
+    """(healthy compute ports "mlx5_0:1", left-out ports "mlx5_3:1 DOWN"), in NCCL order.
+    Findings are related to ports by their typed subjects (``Finding.about``), never by text."""
+    critical = [f for f in findings if f.severity == "critical"]
     healthy: list[str] = []
     left_out: list[str] = []
     for name in roles.compute:
@@ -47,8 +60,8 @@ def port_verdicts(snapshot: NodeSnapshot, findings: Sequence[Finding], roles: Hc
             continue
         for port in sorted(hca.ports, key=lambda p: p.port):
             label = f"{name}:{port.port}"
-            subjects = (label, name, hca.pci_bus_id, port.netdev)
-            code = next((critical[s] for s in subjects if s and s in critical), None)
+            hits = [(r, i) for i, f in enumerate(critical) if (r := _relation(f.about, hca, port)) is not None]
+            code = critical[min(hits)[1]].code if hits else None
             if not port.is_active:
                 left_out.append(f"{label} {port.state or 'state unknown'}")
             elif port.link_layer not in USABLE_LINK_LAYERS:

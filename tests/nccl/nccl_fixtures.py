@@ -7,7 +7,8 @@ port -> endpoint, with ``parent_chain`` listing the bridges from the root comple
 from __future__ import annotations
 
 from agentd.config import AgentConfig
-from agentd.model import Finding, Gid, Gpu, Hca, IbPort, Netdev, NodeSnapshot, NumaNode, PciDevice, SystemInfo
+from agentd.judging.findings import finding
+from agentd.model import Finding, Gid, Gpu, Hca, IbPort, Netdev, NodeSnapshot, NumaNode, PciDevice, Subject, SystemInfo
 from agentd.judging.roles import HcaRoles, hca_roles
 
 GEN5 = ("32.0 GT/s PCIe", 32.0)
@@ -191,12 +192,12 @@ def with_port(snap: NodeSnapshot, hca: str, **changes) -> NodeSnapshot:
     return snap.model_copy(update={"hcas": hcas})
 
 
-def critical(code: str, subject: str) -> Finding:
-    return Finding(code=code, severity="critical", subject=subject, message=f"{code} on {subject}")
+def critical(code: str, subject: Subject) -> Finding:
+    return finding(code, "critical", subject, f"{code} on {subject}")
 
 
-def warning(code: str, subject: str) -> Finding:
-    return Finding(code=code, severity="warning", subject=subject, message=f"{code} on {subject}")
+def warning(code: str, subject: Subject) -> Finding:
+    return finding(code, "warning", subject, f"{code} on {subject}")
 
 
 def config(**nccl) -> AgentConfig:

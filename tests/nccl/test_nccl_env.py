@@ -7,6 +7,7 @@ import subprocess
 import pytest
 from nccl_fixtures import config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, warning, with_port
 
+from agentd.judging.findings import NODE, netdev_subject, pci_subject, port_subject
 from agentd.nccl.env import derive_env, render_env_conf, render_env_sh, sh_quote
 from agentd.nccl.envfile import read_docker_env_file, read_nccl_conf, read_systemd_env_file
 
@@ -41,16 +42,17 @@ def test_port_down_leaves_and_returns():
 
 def test_critical_finding_removes_a_port_warning_does_not():
     snap = ib_node()
-    env = derive(snap, [critical("ib.port.rate_degraded", "mlx5_5:1")])
+    env = derive(snap, [critical("ib.port.rate_degraded", port_subject("mlx5_5", 1))])
     assert "mlx5_5:1" not in env.get("NCCL_IB_HCA")
     assert "mlx5_5:1 critical ib.port.rate_degraded" in env.var("NCCL_IB_HCA").provenance
-    assert derive(snap, [warning("ib.port.rate_degraded", "mlx5_5:1")]).get("NCCL_IB_HCA") == ALL8
+    assert derive(snap, [warning("ib.port.rate_degraded", port_subject("mlx5_5", 1))]).get("NCCL_IB_HCA") == ALL8
 
 
 def test_critical_on_hca_pci_function_or_netdev_removes_its_ports():
     snap = roce_node()
     nic2 = snap.hca("mlx5_2").pci_bus_id
-    env = derive(snap, [critical("pcie.link.downtrained", nic2), critical("roce.ecn.disabled", "rdma6"), critical("gdr.unavailable", "node")])
+    env = derive(snap, [critical("pcie.link.downtrained", pci_subject(nic2)), critical("roce.ecn.disabled", netdev_subject("rdma6")),
+                         critical("gdr.unavailable", NODE)])
     assert env.get("NCCL_IB_HCA") == "=mlx5_0:1,mlx5_1:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_7:1"
 
 

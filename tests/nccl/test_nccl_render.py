@@ -3,6 +3,7 @@
 from nccl_fixtures import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, with_port
 
 from agentd.config import AgentConfig
+from agentd.judging.findings import port_subject
 from agentd.model import Hca
 from agentd.nccl import NcclRender, render_all
 from agentd.nccl.envfile import read_nccl_conf
@@ -73,7 +74,7 @@ def test_port_down_cycle_through_render_all():
     snap = ib_node()
     before = render(snap).env.get("NCCL_IB_HCA")
     during = render(with_port(snap, "mlx5_6", state="DOWN")).env.get("NCCL_IB_HCA")
-    flagged = render(snap, [critical("ib.port.flapping", "mlx5_6:1")]).env.get("NCCL_IB_HCA")
+    flagged = render(snap, [critical("ib.port.flapping", port_subject("mlx5_6", 1))]).env.get("NCCL_IB_HCA")
     after = render(snap).env.get("NCCL_IB_HCA")
     assert "mlx5_6:1" in before and "mlx5_6:1" not in during and "mlx5_6:1" not in flagged
     assert after == before
