@@ -1,10 +1,19 @@
 """The Slurm HealthCheckProgram wrapper, run by a POSIX shell against fake curl, agentd and
-scontrol commands that record how they were called."""
+scontrol commands that record how they were called.
+
+Hermetic: PATH is one temporary directory holding the fakes and links to exactly the
+system tools the script and the fakes use. The script itself appends the usual system
+directories to PATH (slurmd may start it with a minimal one), so the "no curl" case also
+hides any curl installed there, inside a private mount namespace.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging" / "slurm" / "agentd-healthcheck"
 SHELL = shutil.which("dash") or "/bin/sh"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What the script and the fake commands run besides shell builtins and the fakes.
+TOOLS = ("cat", "cut", "grep", "head", "hostname", "sed", "sleep", "tail", "timeout", "tr", "uname")
 
 CRITICAL = (
     "critical\n"
@@ -55,6 +67,28 @@ class Result:
     log: str
 
 
+def script_system_dirs() -> list[str]:
+    """The directories the script appends to the caller's PATH."""
+    m = re.search(r'^PATH="\$\{PATH:\+\$PATH:\}([^"$]+)"$', SCRIPT.read_text(), re.M)
+    assert m, "the script no longer extends PATH the way this test expects"
+    return m.group(1).split(":")
+
+
+def system_curls() -> list[str]:
+    """Every curl the script could find through the directories it appends (real paths)."""
+    return sorted({os.path.realpath(c) for d in script_system_dirs() if os.access(c := os.path.join(d, "curl"), os.X_OK)})
+
+
+def private_mounts() -> list[str] | None:
+    """An ``unshare`` prefix giving a private mount namespace, or None where there is none."""
+    unshare = shutil.which("unshare", path=SYSTEM_PATH)
+    if unshare is None:
+        return None
+    cmd = [unshare, "--mount", "--propagation", "private"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    ok = subprocess.run([*cmd, "true"], capture_output=True, timeout=30).returncode == 0
+    return cmd if ok else None
+
+
 @pytest.fixture
 def run(tmp_path: Path):
     bindir = tmp_path / "bin"
@@ -64,10 +98,14 @@ def run(tmp_path: Path):
     for name, text in (("curl", FAKE_CURL), ("agentd", FAKE_AGENTD), ("scontrol", FAKE_SCONTROL), ("logger", FAKE_LOGGER)):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
+    for tool in TOOLS:
+        if (real := shutil.which(tool, path=SYSTEM_PATH)) is not None:
+            (bindir / tool).symlink_to(real)
 
-    def _run(*, body: str = "", code: int = 200, curl_rc: int = 0, check_body: str = "", check_rc: int = 3, show: str = IDLE, **env: str) -> Result:
+    def _run(*, body: str = "", code: int = 200, curl_rc: int = 0, check_body: str = "", check_rc: int = 3, show: str = IDLE,
+             wrap: tuple[str, ...] = (), **env: str) -> Result:
         environ = {
-            "PATH": f"{bindir}:/usr/bin:/bin",
+            "PATH": str(bindir),
             "FAKE_LOG": str(logdir),
             "FAKE_CURL_BODY": body,
             "FAKE_CURL_CODE": str(code),
@@ -80,7 +118,7 @@ def run(tmp_path: Path):
         }
         for f in logdir.iterdir():
             f.unlink()
-        proc = subprocess.run([SHELL, str(SCRIPT)], env=environ, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([*wrap, SHELL, str(SCRIPT)], env=environ, capture_output=True, text=True, timeout=120)
         raw = (logdir / "updates").read_text() if (logdir / "updates").exists() else ""
         updates = [block.strip("\n").split("\n") for block in raw.split("--\n") if block.strip()]
         read = lambda n: (logdir / n).read_text().splitlines() if (logdir / n).exists() else []  # noqa: E731
@@ -170,7 +208,27 @@ def test_unknown_health_changes_nothing(run) -> None:
 
 def test_no_curl_uses_agentd_check(run, tmp_path: Path) -> None:
     (tmp_path / "bin" / "curl").unlink()
-    r = run(check_body="degraded\nwarning x y: z\n", check_rc=1)
+    wrap: tuple[str, ...] = ()
+    if curls := system_curls():  # hide them: bind an empty, non-executable file over each
+        if (unshare := private_mounts()) is None:
+            pytest.skip(f"{', '.join(curls)} installed and no private mount namespace to hide it in")
+        mount = shutil.which("mount", path=SYSTEM_PATH)
+        assert mount is not None
+        blank = tmp_path / "no-curl"
+        blank.write_text("")
+        hide = " && ".join(f"{shlex.quote(mount)} --bind {shlex.quote(str(blank))} {shlex.quote(c)}" for c in curls)
+        wrap = (*unshare, SHELL, "-c", f'{hide} && exec "$@"', "hide-curl")
+    # The precondition, checked: with the script's own PATH extension, no curl is found.
+    search = f'PATH="$PATH:{":".join(script_system_dirs())}"; command -v curl'
+    found = subprocess.run([*wrap, SHELL, "-c", search], env={"PATH": str(tmp_path / "bin")}, capture_output=True, text=True, timeout=30)
+    assert found.returncode != 0 and found.stdout == "", found
+    # Any curl that still ran would reach this listener instead of some agentd on the host.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        r = run(check_body="degraded\nwarning x y: z\n", check_rc=1, wrap=wrap, AGENTD_URL=url)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
     assert r.rc == 1 and r.agentd_calls == ["check --format text"] and r.updates == []
 
 
