@@ -54,6 +54,8 @@ from common import (
     wait_http,
 )
 
+from agentd.collection.collector import PROBE_TIERS
+
 B = "daemon"
 
 
@@ -90,7 +92,7 @@ async def cycles(d: Agentd, n: int, tag: dict) -> float | None:
          scope="every probe + checks + render + metrics + writes")
     emit(B, "daemon_cycle_wall", pct(wall_ms, 0.5), "ms", **tag, p50_of=len(wall_ms))
     text = await metrics_text(d)
-    files = sum(v for p in ("system", "pci", "ib", "ib_counters", "ib_gids", "netdev", "gdr", "ethtool", "dcb", "nvml")
+    files = sum(v for p in PROBE_TIERS
                 if (v := metric(text, "agentd_probe_files_read", probe=p)) is not None)
     emit(B, "daemon_cycle_files_read", int(files), "files", **tag)
     return last_ts

@@ -21,7 +21,7 @@ from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.host.fs import HostRoot
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.events import UdevWatcher
-from agentd.collection.collector import PROBES, Collector
+from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
 from agentd.judging.baseline import Baseline
 from agentd.daemon.http import build_app, start_server, web_options
@@ -57,7 +57,7 @@ class Daemon:
     ):
         if collector is None:
             collector = Collector(host, config)
-            probe_tiers = {p.name: p.tier for p in PROBES}
+            probe_tiers = PROBE_TIERS
         self.config, self.host, self.config_path = config, host, config_path
         self.overrides = dict(overrides or {})
         self.collector = collector

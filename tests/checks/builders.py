@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from agentd.collection.collector import PROBE_TIERS
 from agentd.judging.baseline import Baseline
 from agentd.judging.checks import CheckInput
 from agentd.config import AgentConfig
@@ -47,7 +48,7 @@ PMA_ZERO = {
 }
 HW_ZERO = {"local_ack_timeout_err": 0, "rnr_nak_retry_err": 0, "out_of_sequence": 0, "duplicate_request": 0}
 ROCE_HW_ZERO = {**HW_ZERO, "np_cnp_sent": 0, "rp_cnp_handled": 0, "np_ecn_marked_roce_packets": 0}
-PROBE_NAMES = ("system", "pci", "ib", "ib_counters", "ib_gids", "netdev", "gdr", "ethtool", "dcb", "nvml")
+PROBE_NAMES = tuple(PROBE_TIERS)  # every probe the collector has, from its catalogue
 
 
 def cfg(**sections: Any) -> AgentConfig:

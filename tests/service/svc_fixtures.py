@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from agentd.config import AgentConfig
+from agentd.collection.collector import PROBE_TIERS
+from agentd.config import AgentConfig, Intervals
 from agentd.model import (
     Finding,
     GdrInfo,
@@ -28,7 +29,7 @@ from agentd.daemon.state import State
 from agentd.judging.expected import Expected
 from agentd.records import FileStatus, TierRun
 
-PROBES = ("system", "pci", "ib", "ib_counters", "netdev", "nvml")
+PROBES = tuple(PROBE_TIERS)  # every probe the collector has, from its catalogue
 
 
 def probes(now: float, *, stale: dict[str, float] | None = None, never: tuple[str, ...] = ()) -> tuple[ProbeStatus, ...]:
@@ -106,7 +107,8 @@ FINDINGS = (
     Finding(code="ib.port.down", severity="critical", subject="mlx5_1:1", message="port mlx5_1:1 is DOWN (expected ACTIVE)"),
     Finding(code="mtu.mismatch", severity="warning", subject="ens1np0", message="MTU 1500, expected 9000"),
 )
-LIMITS = {"system": 90.0, "pci": 90.0, "ib": 6.0, "ib_counters": 30.0, "netdev": 6.0, "nvml": 30.0}
+_IV = Intervals()
+LIMITS = {name: _IV.stale_after * getattr(_IV, f"{tier}_s") for name, tier in PROBE_TIERS.items()}  # the default stale limits
 
 
 def state(*, ready: bool = True, findings=(), snap: NodeSnapshot | None = None, now: float | None = None, **kw) -> State:

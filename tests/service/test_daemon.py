@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 import svc_fixtures as fixtures
+from agentd.collection.collector import PROBE_TIERS
 from agentd.config import AgentConfig, Intervals
 from agentd.host.fs import HostRoot
 from agentd.model import Finding
@@ -22,7 +23,7 @@ from agentd.outputs.evaluate import Evaluation
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.daemon.daemon import Daemon
 
-TIERS = {"system": "slow", "pci": "slow", "ib": "fast", "ib_counters": "medium", "netdev": "fast", "nvml": "medium"}
+TIERS = dict(PROBE_TIERS)
 
 
 @dataclass
@@ -102,7 +103,7 @@ async def test_ready_status_and_watchdog_through_a_real_socket(tmp_path, notify)
     ready = next(m for m in got if m.startswith(b"READY=1"))
     assert b"STATUS=ok: 1 GPUs, 1 active compute ports" in ready
     assert await until(lambda: got.extend(drain(sock)) or got.count(b"WATCHDOG=1") >= 3)
-    assert d.state.ready and {r for r in col.runs} >= {("ib", "netdev"), ("ib_counters", "nvml"), ("system", "pci")}
+    assert d.state.ready and set(col.runs) >= {tuple(n for n, t in TIERS.items() if t == tier) for tier in ("fast", "medium", "slow")}
 
     # Collections hang: after WatchdogSec/2 the loop stops petting (systemd would restart it).
     col.block = asyncio.Event()

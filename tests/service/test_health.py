@@ -6,6 +6,7 @@ import json
 import time
 
 import svc_fixtures as fixtures
+from agentd.collection.collector import PROBE_TIERS
 from agentd.model import Finding
 from agentd.daemon.health import health, health_json, health_text, status_line
 
@@ -66,7 +67,7 @@ def test_data_turns_stale_with_time_alone():
     assert health(st, now).http_status == 200
     later = health(st, now + 7.0)  # fast-tier probes (limit 6 s) are now too old
     assert later.http_status == 503
-    assert set(later.stale_probes) == {"ib", "netdev"}
+    assert set(later.stale_probes) == {n for n, t in PROBE_TIERS.items() if t == "fast"}
 
 
 def test_probe_that_never_succeeded_is_stale():
