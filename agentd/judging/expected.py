@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from agentd.judging.checks.ib import expected_port_values
+from agentd.judging.checks.mtu import mtu_rules
 from agentd.config import AgentConfig
 from agentd.judging.roles import HcaRoles
 from agentd.model import NodeSnapshot
@@ -20,9 +21,9 @@ class Expected:
 
 
 def expected_values(snap: NodeSnapshot, roles: HcaRoles, config: AgentConfig) -> Expected:
-    """Port rate and width from agentd.judging.checks.ib (one definition for both), MTU per
-    agentd.judging.checks.mtu's rule (RoCE compute netdevs: expect.roce_mtu; IPoIB only when
-    expect.ipoib_mtu is set)."""
+    """Port rate and width from agentd.judging.checks.ib, netdev MTU from
+    agentd.judging.checks.mtu's ``mtu_rules`` (one definition each for the check and the
+    exported value; an IPoIB MTU is expected only when expect.ipoib_mtu is set)."""
     rates: dict[tuple[str, int], float] = {}
     widths: dict[tuple[str, int], int] = {}
     for key, (rate, width) in expected_port_values(snap, roles, config.expect).items():
@@ -30,15 +31,5 @@ def expected_values(snap: NodeSnapshot, roles: HcaRoles, config: AgentConfig) ->
             rates[key] = rate
         if width:
             widths[key] = width
-    mtus: dict[str, int] = {}
-    exp = config.expect
-    for h in snap.hcas:
-        if roles.is_compute(h.name):
-            for p in h.ports:
-                if p.link_layer == "Ethernet" and p.netdev:
-                    mtus[p.netdev] = exp.roce_mtu
-    if exp.ipoib_mtu is not None:
-        for nd in snap.netdevs:
-            if nd.link_layer == "InfiniBand":
-                mtus[nd.name] = exp.ipoib_mtu
+    mtus = {r.netdev.name: r.expected for r in mtu_rules(snap, roles, config.expect) if r.expected is not None}
     return Expected(port_rate_gbps=rates, port_width=widths, netdev_mtu=mtus)

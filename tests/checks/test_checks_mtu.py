@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentd.judging.checks.mtu import check_mtu
+from agentd.judging.expected import expected_values
+from agentd.judging.roles import hca_roles
 
 from .builders import cfg, inp, node, one, only, problems, with_netdev
 
@@ -49,3 +53,19 @@ def test_ipoib_judged_when_configured():
 def test_unknown_mtu_not_judged():
     s = with_netdev(node(layer="Ethernet"), "eth1", mtu=None)
     assert check_mtu(inp(s)) == []
+
+
+# One MTU rule (mtu_rules) for the check and the exported expected values: every netdev
+# with an expected MTU is judged against exactly that value, and no other netdev is.
+@pytest.mark.parametrize("layer", ["Ethernet", "InfiniBand"])
+@pytest.mark.parametrize("expect", [{}, {"roce_mtu": 4200}, {"ipoib_mtu": 2044}, {"roce_mtu": 1500, "ipoib_mtu": 4092}])
+def test_check_and_expected_values_hold_the_same_netdevs_to_the_same_mtu(layer, expect):
+    config = cfg(expect=expect)
+    base = node(layer=layer)
+    expected = expected_values(base, hca_roles(base, config.hca), config).netdev_mtu
+    assert expected or layer == "InfiniBand" and "ipoib_mtu" not in expect
+    for nd in base.netdevs:
+        mtu = expected.get(nd.name)
+        for value in ([mtu, mtu + 8] if mtu is not None else [576, 9000, 65520]):
+            mismatched = {f.subject for f in only(check_mtu(inp(with_netdev(base, nd.name, mtu=value), config=config)), "mtu.mismatch")}
+            assert (nd.name in mismatched) == (mtu is not None and value != mtu), (nd.name, value, mtu)
