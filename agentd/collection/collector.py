@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
+from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.config import AgentConfig
 from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, system
 from agentd.host.fs import HostRoot, ReadContext
@@ -34,7 +35,6 @@ from agentd.model import (
 )
 
 Tier = Literal["fast", "medium", "slow"]
-NVIDIA = 0x10DE
 
 
 @dataclass(frozen=True)
