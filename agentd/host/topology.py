@@ -23,10 +23,6 @@ from typing import Mapping, Sequence
 
 from agentd.model import PathName, PathType, PciDevice, PciePortType
 
-# Port types that open a unit of their own. A downstream port joins its upstream port's
-# switch; anything else (PCI bridges, PCIe-to-PCI bridges) counts as one bridge.
-_OWN_UNIT = frozenset({"root_port", "upstream"})
-
 
 def _port_type(chain: Sequence[str], i: int, devices: Mapping[str, PciDevice]) -> PciePortType:
     dev = devices.get(chain[i])
@@ -38,7 +34,10 @@ def _port_type(chain: Sequence[str], i: int, devices: Mapping[str, PciDevice]) -
 
 
 def _unit(chain: Sequence[str], i: int, devices: Mapping[str, PciDevice]) -> str:
-    """The switch (or lone bridge) that bridge ``chain[i]`` belongs to, named by its top bridge."""
+    """The switch (or lone bridge) that bridge ``chain[i]`` belongs to, named by its top bridge.
+
+    A downstream port joins its upstream port's switch; any other bridge (root port,
+    upstream port, PCI or PCIe-to-PCI bridge) is a unit of its own."""
     if i > 0 and _port_type(chain, i, devices) == "downstream":
         if _port_type(chain, i - 1, devices) == "upstream":
             return chain[i - 1]
