@@ -62,7 +62,7 @@ class HcaSelection(Section):
 class Intervals(Section):
     fast_s: float = Field(2.0, gt=0, le=3600, description="Port state, netdev state, kernel modules.")
     medium_s: float = Field(10.0, gt=0, le=3600, description="Counters, ethtool statistics, NVML.")
-    slow_s: float = Field(30.0, gt=0, le=86400, description="PCI tree and config space, GID tables, system info.")
+    slow_s: float = Field(30.0, gt=0, le=86400, description="PCI tree and config space, GID tables, HCA inventory and port netdevs, system info.")
     stale_after: float = Field(3.0, ge=1.5, le=100, description="Data is stale (and /health 503) when the last full collection is older than this many slow intervals.")
     event_debounce_s: float = Field(0.5, ge=0, le=60, description="udev events within this window trigger one re-collection.")
     check_rate_window_s: float = Field(2.0, ge=0, le=60, description="`agentd check`: seconds between the two collections used for counter rates (0: one collection, no rates).")
