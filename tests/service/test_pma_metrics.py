@@ -6,9 +6,9 @@ has a rate."""
 from __future__ import annotations
 
 import pytest
+import svc_fixtures as fixtures
 from prometheus_client.parser import text_string_to_metric_families
 
-import svc_fixtures as fixtures
 from agentd.base.pma import PMA_COUNTER_WIDTHS
 from agentd.config import AgentConfig
 from agentd.judging.checks import CheckInput

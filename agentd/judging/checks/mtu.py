@@ -54,7 +54,7 @@ def check_mtu(inp: CheckInput) -> list[Finding]:
     """mtu.mismatch (RoCE: critical; IPoIB: warning), mtu.ipoib (ok)."""
     out: list[Finding] = []
     rules = [r for r in mtu_rules(inp.snapshot, inp.resolved_roles(), inp.config.expect) if r.netdev.mtu is not None]
-    roce_mtus = {r.netdev.name: r.netdev.mtu for r in rules if r.port is not None}
+    roce_mtus = {r.netdev.name: r.netdev.mtu for r in rules if r.port is not None and r.netdev.mtu is not None}
     for r in rules:
         nd, expected = r.netdev, r.expected
         if r.port is not None:
