@@ -17,7 +17,7 @@ from agentd.ncclbench.job import BenchOptions, next_due, run_bench_job
 from agentd.ncclbench.results import BenchRun
 from agentd.config import AgentConfig, load_config
 from agentd.host.gpuprocs import GpuProcesses
-from bench_fixtures import DATA
+from tests.support.bench_data import DATA
 
 MiB = 1 << 20
 SIZES = "512M,1G,2G,4G,8G"

@@ -7,7 +7,7 @@ import pytest
 from agentd.ncclbench.formulas import algbw_gbps, bandwidths, bus_factor, busbw_gbps, infer_n_ranks, time_resolution_us
 from agentd.ncclbench.ncclparse import parse_nccl_tests
 from agentd.ncclbench.results import n_ranks_of
-from bench_fixtures import data
+from tests.support.bench_data import data
 
 # file -> (op when the file does not name it, ranks when it prints no rank lines)
 FILES = {

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.ncclbench.ncclparse import op_from_binary, parse_nccl_tests
-from bench_fixtures import DATA, data
+from tests.support.bench_data import DATA, data
 
 
 def test_every_real_file_parses_without_errors():

@@ -23,7 +23,7 @@ from agentd.ncclbench.runners import (
     run_torch,
     validate_ops,
 )
-from bench_fixtures import DATA
+from tests.support.bench_data import DATA
 
 MiB = 1 << 20
 

@@ -10,7 +10,7 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
-from bench_fixtures import DATA
+from tests.support.bench_data import DATA
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import sim

@@ -15,7 +15,7 @@ from agentd.judging.baseline import (
 )
 from agentd.judging.roles import hca_roles
 
-from .builders import cfg, layout, node, with_port
+from tests.support.check_snapshots import cfg, layout, node, with_port
 
 
 def make():

@@ -15,7 +15,7 @@ from agentd.judging.checks.common import (
     in_window,
 )
 
-from .builders import node
+from tests.support.check_snapshots import node
 
 
 def test_rate_from_two_readings():

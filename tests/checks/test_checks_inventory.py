@@ -6,7 +6,7 @@ from agentd.judging.baseline import baseline_from
 from agentd.judging.checks.inventory import check_inventory
 from agentd.judging.roles import hca_roles
 
-from .builders import (
+from tests.support.check_snapshots import (
     cfg,
     inp,
     layout,

@@ -8,7 +8,7 @@ from agentd.judging.checks.mtu import check_mtu
 from agentd.judging.expected import expected_values
 from agentd.judging.roles import hca_roles
 
-from .builders import cfg, inp, node, one, only, problems, with_netdev
+from tests.support.check_snapshots import cfg, inp, node, one, only, problems, with_netdev
 
 
 def test_healthy_roce_node_matches_9000():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agentd.judging.checks.nvlink import check_nvlink
 from agentd.model import NvmlInfo
 
-from .builders import (
+from tests.support.check_snapshots import (
     cfg,
     inp,
     later,

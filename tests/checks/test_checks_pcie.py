@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentd.judging.checks.pcie import check_acs, check_gpu_nic_paths, check_links
 
-from .builders import (
+from tests.support.check_snapshots import (
     STORAGE_BDF,
     cfg,
     inp,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agentd.judging.checks.probes import MAX_PER_SOURCE, check_probes
 from agentd.model import NvmlInfo, ProbeStatus, ReadError
 
-from .builders import T0, inp, node, one
+from tests.support.check_snapshots import T0, inp, node, one
 
 
 def with_probes(s, *statuses, errors=()):

@@ -19,7 +19,7 @@ from agentd.model import (
 )
 from agentd.judging.roles import HcaRoles, hca_roles
 
-from .builders import (
+from tests.support.check_snapshots import (
     T0,
     cfg,
     inp,

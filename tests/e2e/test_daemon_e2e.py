@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from daemon_harness import agentd_cmd, free_port, stop_process
+from tests.support.daemon_harness import agentd_cmd, free_port, stop_process
 
 sim = pytest.importorskip("agentd.sim")
 if not hasattr(sim, "build_tree") or not hasattr(sim, "apply_fault"):

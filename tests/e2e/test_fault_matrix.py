@@ -43,7 +43,7 @@ from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 from agentd.nccl import render_all
 from agentd.outputs.managed import stable_text
-from daemon_harness import REACT_S, ROOT, Daemons, at_rest, finding_series, health_consistent, ib_hca, poll, reset_counters, sample, samples
+from tests.support.daemon_harness import REACT_S, ROOT, Daemons, at_rest, finding_series, health_consistent, ib_hca, poll, reset_counters, sample, samples
 
 pytestmark = pytest.mark.e2e
 

@@ -34,7 +34,7 @@ import pytest
 from agentd import sim
 from agentd.base.atomic import atomic_write
 from agentd.outputs.managed import ManagedFile, digest, read_seal, unseal
-from daemon_harness import REACT_S, Agent, ib_hca, poll, sample
+from tests.support.daemon_harness import REACT_S, ROOT, Agent, ib_hca, poll, sample
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,7 +93,7 @@ def _child(argv: list[str]) -> None:
 
 
 def spawn(*args: str) -> subprocess.Popen:
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); from test_files_never_lost import _child; _child(sys.argv[1:])"
+    code = f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(HERE)!r}]; from test_files_never_lost import _child; _child(sys.argv[1:])"
     return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
 
 

@@ -26,7 +26,7 @@ import pytest
 
 from agentd import sim
 from agentd.sim.build import pristine_root
-from daemon_harness import REACT_S, Agent, config_text, health_consistent, poll
+from tests.support.daemon_harness import REACT_S, Agent, config_text, health_consistent, poll
 
 pytestmark = pytest.mark.e2e
 

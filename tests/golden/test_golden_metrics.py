@@ -24,13 +24,11 @@ import math
 import os
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from daemon_harness import Agent, at_rest, poll, sample  # noqa: E402
+from tests.support.daemon_harness import Agent, at_rest, poll, sample
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from grafana_helpers import (
+from tests.support.grafana import (
     DASHBOARDS,
     NO_PROMTOOL,
     PROMTOOL,

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grafana_helpers import PROMETHEUS, REPO, RULES, alert_rules, dashboards, label_values_selector, panel_targets, substitute, target_id, variable_query, variables
+from tests.support.grafana import PROMETHEUS, REPO, RULES, alert_rules, dashboards, label_values_selector, panel_targets, substitute, target_id, variable_query, variables
 
 sim = pytest.importorskip("agentd.sim")
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package 'prometheus'; CI installs it)")]

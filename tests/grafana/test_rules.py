@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from grafana_helpers import (
+from tests.support.grafana import (
     NO_PROMTOOL,
     PROMTOOL,
     RULE_TESTS,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 from agentd.collection.collector import PROBE_TIERS
 from agentd.config import AgentConfig, Intervals
 from agentd.host.fs import HostRoot

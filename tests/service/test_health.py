@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 from agentd.collection.collector import PROBE_TIERS
 from agentd.model import Finding
 from agentd.daemon.health import health, health_json, health_text, status_line

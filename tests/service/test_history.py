@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 from agentd.collection.history import History, share, spans
 
 

@@ -8,7 +8,7 @@ import gzip
 import aiohttp
 import pytest
 
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 from agentd.daemon.http import accepts_gzip, build_app, parse_listen, start_server
 from agentd.daemon.state import State
 

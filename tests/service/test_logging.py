@@ -6,7 +6,7 @@ import io
 import json
 import time
 
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 from agentd.model import Finding
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes, state_changes
 from agentd.records import FileStatus

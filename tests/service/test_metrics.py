@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentd.base.expo import Exposition, Family, format_value
 from agentd.base.ids import bus_id_label
 from agentd.daemon.exposition import REGISTRY
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL = shutil.which("promtool")

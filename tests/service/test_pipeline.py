@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 from agentd.config import AgentConfig
 from agentd.judging.roles import HcaRoles
 from agentd.judging.expected import Expected, expected_values

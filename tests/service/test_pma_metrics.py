@@ -6,7 +6,7 @@ has a rate."""
 from __future__ import annotations
 
 import pytest
-import svc_fixtures as fixtures
+from tests.support import service_snapshots as fixtures
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.base.pma import PMA_COUNTER_WIDTHS
