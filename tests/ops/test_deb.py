@@ -123,12 +123,16 @@ def _run_daemon_until_written(sim: Path, target: Path, deadline_s: float = 60.0)
 
 def test_deb_install_use_remove_purge(tmp_path: Path) -> None:
     # Two test runs at once on one machine (parallel sessions) would install over each
-    # other: the second waits for the first to purge.
-    with open("/tmp/agentd-deb-test.lock", "w") as lock:
+    # other: the second waits for the first to purge. The lock is taken on dpkg's database
+    # directory (flock, apart from dpkg's own fcntl locks): nothing is left in /tmp.
+    lock = os.open("/var/lib/dpkg", os.O_RDONLY | os.O_DIRECTORY)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (why := _not_clean()) is not None:
             pytest.skip(why)
         _install_use_remove_purge(tmp_path)
+    finally:
+        os.close(lock)
 
 
 def _install_use_remove_purge(tmp_path: Path) -> None:
