@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 
 import pytest
-from nccl_fixtures import config, ib_node, roles_for
+from tests.support.nccl_snapshots import config, ib_node, roles_for
 
 from agentd.nccl import render_all
 from agentd.nccl.envfile import read_nccl_conf, read_systemd_env_file

@@ -1,6 +1,6 @@
 """render_all: the pure entry point the daemon and `agentd render` call."""
 
-from nccl_fixtures import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, with_port
+from tests.support.nccl_snapshots import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, with_port
 
 from agentd.config import AgentConfig
 from agentd.judging.findings import port_subject

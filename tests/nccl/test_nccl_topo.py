@@ -2,7 +2,7 @@
 
 import xml.etree.ElementTree as ET
 
-from nccl_fixtures import BRIDGE, GEN4, bdf, ib_node, pci, pcie_node, roce_node, roles_for
+from tests.support.nccl_snapshots import BRIDGE, GEN4, bdf, ib_node, pci, pcie_node, roce_node, roles_for
 
 from agentd.model import Gpu, Hca, NodeSnapshot, SystemInfo
 from agentd.nccl.topo import build_topo, nic_busid, render_topo_xml

@@ -1,7 +1,7 @@
 """The NCCL-rule checker: it must fail where NCCL's own reader fails or misreads."""
 
 import pytest
-from nccl_fixtures import ib_node, roles_for
+from tests.support.nccl_snapshots import ib_node, roles_for
 
 from agentd.nccl.topo import render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml, scan_topo_xml

@@ -3,7 +3,7 @@ typed subject is the port, its HCA, the HCA's PCI function or the port's netdev;
 else does, whatever its text looks like."""
 
 import pytest
-from nccl_fixtures import config, critical, ib_node, roce_node, roles_for, warning
+from tests.support.nccl_snapshots import config, critical, ib_node, roce_node, roles_for, warning
 
 from agentd.judging.findings import (
     NODE,
