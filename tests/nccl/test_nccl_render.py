@@ -1,6 +1,7 @@
 """render_all: the pure entry point the daemon and `agentd render` call."""
 
-from tests.support.nccl_snapshots import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, with_port
+from tests.support.check_snapshots import with_port
+from tests.support.nccl_snapshots import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config
 
 from agentd.config import AgentConfig
 from agentd.judging.findings import port_subject

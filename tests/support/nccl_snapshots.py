@@ -183,15 +183,6 @@ def pcie_node() -> NodeSnapshot:
     return NodeSnapshot(taken_at=1_760_000_000.0, host_root="/", system=sysinfo, pci=tuple(devs), gpus=tuple(gpus), hcas=hcas)
 
 
-def with_port(snap: NodeSnapshot, hca: str, **changes) -> NodeSnapshot:
-    """The snapshot with port 1 of ``hca`` changed (e.g. state="DOWN")."""
-    hcas = tuple(
-        h.model_copy(update={"ports": tuple(p.model_copy(update=changes) for p in h.ports)}) if h.name == hca else h
-        for h in snap.hcas
-    )
-    return snap.model_copy(update={"hcas": hcas})
-
-
 def critical(code: str, subject: Subject) -> Finding:
     return finding(code, "critical", subject, f"{code} on {subject}")
 
