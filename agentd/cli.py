@@ -158,9 +158,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     import difflib
 
+    from agentd.base.atomic import read_current
     from agentd.judging.judge import judge
     from agentd.nccl import render_all
-    from agentd.base.atomic import read_current
     from agentd.outputs.managed import ManagedFile, stable_text
 
     config = _config(args)
@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except Exception as e:  # noqa: BLE001 - exit 1 would read as "degraded" to Slurm/cron
+    except Exception as e:
         import traceback
 
         traceback.print_exc(file=sys.stderr)

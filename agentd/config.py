@@ -18,8 +18,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from agentd.base.ncclvars import validate_var
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentd.base.ncclvars import validate_var
 
 DEFAULT_CONFIG_PATH = Path("/etc/agentd/agentd.toml")
 ENV_PREFIX = "AGENTD_"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
 from agentd.judging.roles import HcaRoles
+from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
 
 
 def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from common import build_root, emit, run_main
 
-from agentd.config import AgentConfig
 from agentd.collection.collector import Collector, probes_in
+from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 
 SCOPES = (("full", None), ("fast", ("fast",)), ("medium", ("medium",)), ("slow", ("slow",)))

@@ -266,7 +266,7 @@ class Collector:
                     self._record(spec, fut.result(timeout=left), None, False, 0)
                 except TimeoutError:
                     self._record(spec, None, None, True, self._timeout(spec))
-                except Exception as e:  # noqa: BLE001 - a reader bug must not take the node down
+                except Exception as e:
                     self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
     async def run(self, names: Iterable[str]) -> list[ProbeOutput]:
@@ -282,7 +282,7 @@ class Collector:
                     return self._record(spec, result, None, False, 0)
                 except TimeoutError:
                     return self._record(spec, None, None, True, self._timeout(spec))
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
             done.extend(await asyncio.gather(*(one(s) for s in phase)))

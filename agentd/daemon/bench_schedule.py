@@ -70,11 +70,11 @@ class BenchScheduler:
                     snapshot=st.snapshot, current_findings=st.findings, compute_hcas=st.compute_hcas,
                 )  # fmt: skip
                 outcome = await await_future(self.lane.submit(job)[0], cfg.bench.time_limit_s + 60)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 daemon.log.error("bench.stuck", time_limit_s=cfg.bench.time_limit_s)
                 await asyncio.sleep(cfg.bench.interval_s)
                 continue
-            except Exception as e:  # noqa: BLE001 - a benchmark bug must not stop the daemon
+            except Exception as e:
                 daemon.log.error("bench.failed", error=f"{type(e).__name__}: {e}")
                 await asyncio.sleep(cfg.bench.interval_s)
                 continue

@@ -17,24 +17,24 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from agentd.config import AgentConfig, ConfigError, load_config
-from agentd.host.fs import HostRoot
-from agentd.daemon.bench_schedule import BenchScheduler
-from agentd.daemon.events import UdevWatcher
 from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
-from agentd.judging.baseline import Baseline
+from agentd.config import AgentConfig, ConfigError, load_config
+from agentd.daemon.bench_schedule import BenchScheduler
+from agentd.daemon.events import UdevWatcher
+from agentd.daemon.health import status_line
 from agentd.daemon.http import build_app, start_server, web_options
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
-from agentd.metrics.agent import process_stats
-from agentd.daemon.health import status_line
 from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
+from agentd.daemon.systemd import Notifier, Watchdog
+from agentd.host.fs import HostRoot
+from agentd.judging.baseline import Baseline
+from agentd.metrics.agent import process_stats
 from agentd.outputs.baseline_store import BaselineError, load_baseline
 from agentd.outputs.evaluate import Evaluation, evaluate
 from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
-from agentd.daemon.systemd import Notifier, Watchdog
 
 TIERS = ("fast", "medium", "slow")
 _UNSET: Any = object()
@@ -157,7 +157,7 @@ class Daemon:
             await self.collect(tier)
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - a bug in one cycle must not end the service
+        except Exception as e:
             self.log.exception("collection.failed", tier=tier, error=f"{type(e).__name__}: {e}")
 
     async def _tier_loop(self, tier: str) -> None:
@@ -168,7 +168,7 @@ class Daemon:
             if delay > 0:
                 try:
                     await asyncio.wait_for(wake.wait(), delay)
-                except (TimeoutError, asyncio.TimeoutError):
+                except TimeoutError:
                     pass
             if wake.is_set():  # reload: restart the schedule with the new interval
                 wake.clear()

@@ -86,7 +86,7 @@ class UdevWatcher:
         try:
             monitor = self._opener()
             loop.add_reader(monitor.fileno(), self._readable)
-        except Exception as e:  # noqa: BLE001 - no udev is a normal condition in containers
+        except Exception as e:
             self.error = f"{type(e).__name__}: {e}"
             self._log.warning("udev.unavailable", error=self.error, effect="no event-triggered collections; the schedule still runs")
             return False
@@ -109,7 +109,7 @@ class UdevWatcher:
         for _ in range(256):  # bounded drain per wakeup; the reader fires again if more is queued
             try:
                 device = monitor.poll(timeout=0)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 self._log.warning("udev.read_failed", error=f"{type(e).__name__}: {e}")
                 break
             if device is None:
@@ -130,6 +130,6 @@ class UdevWatcher:
         if self._monitor is not None and self._loop is not None:
             try:
                 self._loop.remove_reader(self._monitor.fileno())
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         self._monitor = None

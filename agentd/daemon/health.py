@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentd.daemon.state import HealthStatus, State
 from agentd.judging.staleness import with_staleness
 from agentd.model import Finding, overall_status
-from agentd.daemon.state import HealthStatus, State
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,10 @@ class Publisher:
             return self.writer.statuses()
         try:
             statuses, err = await await_future(fut, config.timeouts.probe_s)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             self.log.error("files.write_timeout", timeout_s=config.timeouts.probe_s)
             return tuple(dataclasses.replace(s, ok=False, error="write did not finish in time", changed=False) for s in self.writer.statuses())
-        except Exception as e:  # noqa: BLE001 - a writer bug must not stop health reporting
+        except Exception as e:
             self.log.error("files.write_crashed", error=f"{type(e).__name__}: {e}")
             return self.writer.statuses()
         if new_baseline is not None:

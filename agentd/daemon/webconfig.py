@@ -260,7 +260,7 @@ def parse_web_config(text: str, base_dir: Path | str = ".", origin: str = "<text
     """Validate web config YAML; relative file names are taken from ``base_dir`` (the
     config file's directory, as exporter-toolkit does). Raises WebConfigError."""
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         raise WebConfigError(f"invalid web config ({origin}): not valid YAML: {e}") from None
     except RecursionError:

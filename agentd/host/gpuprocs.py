@@ -67,7 +67,7 @@ def _comm(host: HostRoot, pid: int) -> str | None:
 
 def _live(host: HostRoot) -> GpuProcesses:
     try:
-        import pynvml  # noqa: PLC0415 - optional at runtime
+        import pynvml
     except ImportError as e:
         return GpuProcesses(available=False, error=f"nvidia-ml-py is not installed ({e})")
     try:
@@ -105,6 +105,6 @@ def gpu_processes(host: HostRoot) -> GpuProcesses:
             return _live(host)
         if host.is_simulated:
             return _sim(host)
-    except Exception as e:  # noqa: BLE001 - an unexpected binding shape must not crash the caller
+    except Exception as e:
         return GpuProcesses(available=False, error=f"{type(e).__name__}: {e}")
     return GpuProcesses(available=False, error="no NVML under a non-live host root")

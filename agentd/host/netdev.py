@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentd.base.ids import is_bdf, natural_key
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import Netdev, RoceEcn
-from agentd.base.ids import is_bdf, natural_key
 
 CLASS_NET = "sys/class/net"
 

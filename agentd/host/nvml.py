@@ -141,7 +141,7 @@ class _Live:
     def msg(self, e: BaseException) -> str:
         try:
             return str(e) or type(e).__name__
-        except Exception:  # noqa: BLE001 - str() of an NVMLError calls into the library
+        except Exception:
             return f"NVML error {self.code(e)}"
 
     def call(self, api: str, fn: Callable[[], Any], quiet: tuple[int, ...] = ()) -> Any:
@@ -273,7 +273,7 @@ _ABSENT = (9, 12)  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND
 
 def _read_live(ctx: ReadContext) -> NvmlInfo:
     try:
-        import pynvml  # noqa: PLC0415 - optional at runtime; loads libnvidia-ml lazily
+        import pynvml
     except ImportError as e:
         return NvmlInfo(available=False, error=f"nvidia-ml-py is not installed ({e})")
     live = _Live(ctx, pynvml)
@@ -288,7 +288,7 @@ def _read_live(ctx: ReadContext) -> NvmlInfo:
         return NvmlInfo(available=False, error=str(e))
     try:
         return live.read()
-    except Exception as e:  # noqa: BLE001 - an unexpected binding shape must not crash the probe
+    except Exception as e:
         ctx.error("nvml", "unreadable", f"{type(e).__name__}: {e}")
         return NvmlInfo(available=False, error=f"NVML read failed: {type(e).__name__}: {e}")
     finally:

@@ -77,11 +77,11 @@ def tree_position(resolved: str) -> tuple[str | None, tuple[str, ...]]:
 
 
 def _u16(buf: bytes, off: int) -> int | None:
-    return struct.unpack_from("<H", buf, off)[0] if 0 <= off and off + 2 <= len(buf) else None
+    return struct.unpack_from("<H", buf, off)[0] if off >= 0 and off + 2 <= len(buf) else None
 
 
 def _u32(buf: bytes, off: int) -> int | None:
-    return struct.unpack_from("<I", buf, off)[0] if 0 <= off and off + 4 <= len(buf) else None
+    return struct.unpack_from("<I", buf, off)[0] if off >= 0 and off + 4 <= len(buf) else None
 
 
 def find_capability(buf: bytes, cap_id: int) -> int | None:

@@ -43,7 +43,7 @@ class Lane:
                 return
             try:
                 fut.set_result(fn(*args))
-            except BaseException as e:  # noqa: BLE001 - handed to the caller via the future
+            except BaseException as e:
                 fut.set_exception(e)
 
         threading.Thread(target=body, name=f"agentd-probe-{self.name}", daemon=True).start()

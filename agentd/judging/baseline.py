@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import ValidationError, field_validator, model_validator
 
 from agentd.base.ids import is_bdf
-from agentd.model import NodeSnapshot, Record
 from agentd.judging.roles import HcaRoles
+from agentd.model import NodeSnapshot, Record
 
 BASELINE_VERSION = 1
 

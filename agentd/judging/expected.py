@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from agentd.config import AgentConfig
 from agentd.judging.checks.ib import expected_port_values
 from agentd.judging.checks.mtu import mtu_rules
-from agentd.config import AgentConfig
 from agentd.judging.roles import HcaRoles
 from agentd.model import NodeSnapshot
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline, baseline_from
 from agentd.judging.checks import CheckInput, run_checks
-from agentd.config import AgentConfig
-from agentd.model import Finding, NodeSnapshot, overall_status
 from agentd.judging.roles import HcaRoles, hca_roles
+from agentd.model import Finding, NodeSnapshot, overall_status
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from typing import Any
 
 from agentd import __version__
 from agentd.base.expo import Exposition, Family
+from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
-from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 
 G, C = "gauge", "counter"
 FAMILIES: tuple[Family, ...] = (
@@ -156,7 +156,7 @@ def process_stats() -> dict[str, float]:
             cpu = _PROC.cpu_times()
             return {"rss_bytes": float(_PROC.memory_info().rss), "cpu_seconds": cpu.user + cpu.system,
                     "open_fds": float(_PROC.num_fds()), "threads": float(_PROC.num_threads())}
-    except Exception:  # noqa: BLE001 - self statistics are optional
+    except Exception:
         return {}
 
 

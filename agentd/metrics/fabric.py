@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 
-from agentd.model import Hca, IbPort, NodeSnapshot, PathType
 from agentd.base.expo import Exposition, Family
-from agentd.metrics.registry import Area
-from agentd.metrics.source import MetricsSource
 from agentd.base.ids import bus_id_label
 from agentd.base.pma import PMA_COUNTER_WIDTHS, is_saturated
+from agentd.metrics.registry import Area
+from agentd.metrics.source import MetricsSource
+from agentd.model import Hca, IbPort, NodeSnapshot, PathType
 
 G, C = "gauge", "counter"
 DP = ("device", "port")

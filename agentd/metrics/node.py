@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
-from agentd.model import GdrInfo, NodeSnapshot, PathType
 from agentd.base.expo import Exposition, Family
+from agentd.base.ids import VENDOR_NVIDIA, bus_id_label
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
-from agentd.base.ids import VENDOR_NVIDIA, bus_id_label
+from agentd.model import GdrInfo, NodeSnapshot, PathType
 
 G, C = "gauge", "counter"
 GP = ("gpu", "pci_bus_id")

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from types import EllipsisType
 
 from agentd.config import AgentConfig, host_visible_path
+from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot
 from agentd.nccl.env import derive_env, render_env_conf, render_env_sh
 from agentd.nccl.envfile import read_docker_env_file, read_nccl_conf, read_systemd_env_file
 from agentd.nccl.envmodel import EnvVar, NcclEnv
 from agentd.nccl.topo import build_topo, render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml
-from agentd.judging.roles import HcaRoles
 
 __all__ = [
     "EnvVar",

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import agentd
+from agentd.base.ncclvars import VALUE_CHARS, advise_var, validate_var
 from agentd.config import AgentConfig
+from agentd.judging.roles import HcaRoles, hca_roles
 from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Subject
 from agentd.nccl.envmodel import EnvVar, NcclEnv, Source, clean_comment
-from agentd.base.ncclvars import VALUE_CHARS, advise_var, validate_var
-from agentd.judging.roles import HcaRoles, hca_roles
 
 USABLE_LINK_LAYERS = ("InfiniBand", "Ethernet")
 NOT_SET_BY_DEFAULT = ("NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_ALGO", "NCCL_PROTO")
@@ -146,7 +146,7 @@ def _set(env: NcclEnv, key: str, value: str, source: Source, provenance: str, kn
 def _stamp(ts: float | None) -> str:
     if ts is None:
         return "unknown time"
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _header(env: NcclEnv, generated_at: float, hostname: str | None, intro: list[str]) -> list[str]:

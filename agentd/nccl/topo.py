@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from agentd.base.ids import nccl_walk_bdf
-from agentd.model import NodeSnapshot, PciDevice
 from agentd.judging.roles import HcaRoles
+from agentd.model import NodeSnapshot, PciDevice
 
 ALLOWED_LINK_SPEEDS = (
     "2.5 GT/s", "5 GT/s", "8 GT/s", "16 GT/s", "32 GT/s",  # kernels up to 5.6
@@ -237,7 +237,7 @@ def _comment_text(text: str) -> str:
 
 def _header(snapshot: NodeSnapshot) -> list[str]:
     host = snapshot.system.hostname or "this node"
-    taken = datetime.fromtimestamp(snapshot.taken_at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    taken = datetime.fromtimestamp(snapshot.taken_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return [
         f"<!-- NCCL topology of {_comment_text(host)}, written by agentd from sysfs: PCI switches, GPUs and NICs only;"
         " NCCL detects the rest. Do not edit: agentd rewrites this file. -->",

@@ -24,7 +24,7 @@ from collections.abc import Collection
 
 from agentd.base.ids import BDF_RE
 from agentd.nccl.topo import ALLOWED_LINK_SPEEDS, NEEDS_FAMILY_MODEL, X86_VENDORS
-from agentd.nccl.xmlreader import XmlIssue, Element, ReaderError, NcclXmlReader
+from agentd.nccl.xmlreader import Element, NcclXmlReader, ReaderError, XmlIssue
 
 MAX_ATTRS = 16
 MAX_NODES = 256

@@ -65,7 +65,7 @@ def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:
         snap = collect_once(HostRoot.at(root), config)
         j = judge(snap, (), config, None)
         return snap, list(j.findings), list(j.roles.compute), notes
-    except Exception as e:  # noqa: BLE001 - the benchmark still runs without the snapshot
+    except Exception as e:
         return None, [], None, [f"node collection failed ({type(e).__name__}: {e}): fabric unknown"]
 
 

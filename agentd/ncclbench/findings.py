@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from agentd.ncclbench.expect import Expectation
-from agentd.ncclbench.results import BenchRun
 from agentd.judging.findings import bench_subject, finding
 from agentd.model import Finding
+from agentd.ncclbench.expect import Expectation
+from agentd.ncclbench.results import BenchRun
 
 BELOW_MIN = "bench.nccl.below_min"
 WRONG = "bench.nccl.wrong_results"

@@ -17,9 +17,9 @@ from typing import Sequence
 
 from pydantic import ValidationError
 
-from agentd.ncclbench.results import BenchRun
-from agentd.model import Record
 from agentd.base.atomic import WriteResult, atomic_write, read_current
+from agentd.model import Record
+from agentd.ncclbench.results import BenchRun
 
 FILE_NAME = "bench-nccl.json"
 FORMAT = 1

@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 from typing import Sequence
 
-from agentd.ncclbench.expect import Expectation
-from agentd.ncclbench.job import BenchOutcome
-from agentd.ncclbench.results import RUN_STATUSES, BenchRun
 from agentd.base.expo import Exposition, Family
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
+from agentd.ncclbench.expect import Expectation
+from agentd.ncclbench.job import BenchOutcome
+from agentd.ncclbench.results import RUN_STATUSES, BenchRun
 
 GB = 1e9
 P = "agentd_bench_nccl_"

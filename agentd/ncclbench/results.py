@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from agentd.model import Record
 from agentd.ncclbench.formulas import infer_n_ranks, known_op
 from agentd.ncclbench.ncclparse import Measure, ParsedOutput, Row
-from agentd.model import Record
 
 RunStatus = Literal["ok", "below_min", "wrong_results", "failed", "timeout", "refused", "unavailable"]
 RUN_STATUSES: tuple[str, ...] = ("ok", "below_min", "wrong_results", "failed", "timeout", "refused", "unavailable")

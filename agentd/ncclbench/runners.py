@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from agentd.host.procrun import run_bounded
 from agentd.ncclbench.formulas import OPS
 from agentd.ncclbench.ncclparse import parse_nccl_tests
 from agentd.ncclbench.results import BenchRun, OpResult, n_ranks_of, results_from_parsed, wrong_results
-from agentd.host.procrun import run_bounded
 
 RunFn = Callable[..., tuple[int, str, str, bool]]
 NET_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}

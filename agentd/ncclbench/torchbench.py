@@ -106,8 +106,8 @@ def _check(torch: Any, dist: Any, op: str, send: Any, recv: Any, rank: int, worl
 
 
 def _worker(rank: int, world: int, init_file: str, ops: list[str], sizes: list[int], iters: int, warmup: int, check: bool, out_file: str) -> None:
-    import torch  # noqa: PLC0415 - optional extra, child process only
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch
+    import torch.distributed as dist
 
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sizes = sorted({int(s) for s in args.sizes.split(",") if s})
     try:
-        import torch  # noqa: PLC0415
-        import torch.multiprocessing as mp  # noqa: PLC0415
+        import torch
+        import torch.multiprocessing as mp
     except ImportError as e:
         print(f"torchbench: PyTorch is not installed ({e}); install agentd[bench]", file=sys.stderr)
         return 1

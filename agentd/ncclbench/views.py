@@ -51,7 +51,7 @@ def outcome_text(outcome: Any) -> str:
 
 
 def compare_text(deltas: Sequence[Delta], before_at: float | None, after_at: float | None) -> str:
-    import time as _time  # noqa: PLC0415
+    import time as _time
 
     def when(t: float | None) -> str:
         return "-" if t is None else _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(t))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentd.judging.baseline import Baseline, baseline_from_json, baseline_to_json
 from agentd.base.atomic import WriteResult, atomic_write
+from agentd.judging.baseline import Baseline, baseline_from_json, baseline_to_json
 
 
 class BaselineError(Exception):

@@ -42,7 +42,7 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
         return ev
     try:
         r = render_all(snap, list(j.findings), config, j.roles)
-    except Exception as e:  # noqa: BLE001 - a renderer bug must not stop health reporting
+    except Exception as e:
         return replace(ev, nccl_problems=(f"renderer failed: {type(e).__name__}: {e}",))
     env = r.env
     items = tuple(env.items()) if hasattr(env, "items") else tuple(dict(env).items())

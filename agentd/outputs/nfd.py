@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from agentd.config import AgentConfig
-from agentd.model import Finding, NodeSnapshot, overall_status
-from agentd.judging.roles import HcaRoles
 from agentd.base.atomic import WriteResult, atomic_write
+from agentd.config import AgentConfig
+from agentd.judging.roles import HcaRoles
+from agentd.model import Finding, NodeSnapshot, overall_status
 
 DEFAULT_PREFIX = "agentd.io/"
 # Kubernetes label value: at most 63 characters, alphanumerics at both ends, '-', '_'

@@ -12,8 +12,8 @@ from typing import Any
 
 from agentd.config import AgentConfig
 from agentd.model import NodeSnapshot
-from agentd.outputs.evaluate import Evaluation
 from agentd.outputs.baseline_store import save_baseline
+from agentd.outputs.evaluate import Evaluation
 from agentd.outputs.managed import ManagedFiles, ManagedStatus, write_managed
 from agentd.outputs.nfd import default_expiry_s, render_nfd_features, write_nfd_features
 from agentd.records import FileStatus

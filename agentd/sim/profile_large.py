@@ -28,8 +28,8 @@ from agentd.sim.profiles import (
     Profile,
     RootPort,
     Switch,
-    storage_nic,
     _switch_pair,
+    storage_nic,
 )
 
 NAME = "large-16gpu-18nic"

@@ -22,8 +22,8 @@ from agentd.judging.checks import (
 )
 from agentd.judging.checks.common import CheckInput
 from agentd.judging.findings import check_subject, finding
-from agentd.model import Finding, sort_findings
 from agentd.judging.roles import HcaRoles, hca_roles
+from agentd.model import Finding, sort_findings
 
 __all__ = ["CHECKS", "CheckInput", "check_name", "run_checks"]
 
@@ -70,13 +70,13 @@ def run_checks(inp: CheckInput, checks: tuple[Check, ...] = CHECKS) -> list[Find
     if inp.roles is None:
         try:
             roles = hca_roles(inp.snapshot, inp.config.hca)
-        except Exception as exc:  # noqa: BLE001 - judged, not propagated
+        except Exception as exc:
             out.append(_error("roles.hca_roles", exc))
             roles = HcaRoles(compute=(), other=tuple(h.name for h in inp.snapshot.hcas), source="error")
         inp = replace(inp, roles=roles)
     for check in checks:
         try:
             out.extend(check(inp))
-        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+        except Exception as exc:
             out.append(_error(check_name(check), exc))
     return sort_findings(out)

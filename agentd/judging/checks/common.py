@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Literal, Sequence
 
-from agentd.judging.baseline import Baseline
 from agentd.config import AgentConfig
-from agentd.model import IbPort, Netdev, NodeSnapshot, Severity
+from agentd.judging.baseline import Baseline
 from agentd.judging.roles import HcaRoles, hca_roles
+from agentd.model import IbPort, Netdev, NodeSnapshot, Severity
 
 
 @dataclass(frozen=True)

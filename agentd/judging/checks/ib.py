@@ -12,11 +12,11 @@ HCA model and link layer.
 
 from __future__ import annotations
 
+from agentd.config import Expectations
 from agentd.judging.checks.common import CheckInput, earlier, fmt
 from agentd.judging.findings import NODE, finding, port_subject
-from agentd.config import Expectations
-from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
 from agentd.judging.roles import HcaRoles
+from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
 
 _HINT_ETH_DOWN = "check the cable, transceiver and switch port; `ip link show {nd}` and `ethtool {nd}` show the link"
 _HINT_PHYS = {

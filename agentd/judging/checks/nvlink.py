@@ -51,8 +51,8 @@ def _down(inp: CheckInput, g: NvmlGpu) -> list[Finding]:
     expected = inp.config.expect.nvlinks_per_gpu
     down = [link for link in g.nvlinks if link.state == "down"]
     active = len(g.nvlinks) - len(down)
-    hint = ("check `nvidia-smi nvlink -s -i {i}` and the fabric manager log; reset the GPU or reboot; "
-            "persistent down links mean a GPU baseboard/NVSwitch fault").format(i=g.index)
+    hint = (f"check `nvidia-smi nvlink -s -i {g.index}` and the fabric manager log; reset the GPU or reboot; "
+            "persistent down links mean a GPU baseboard/NVSwitch fault")
     if expected is not None:
         if active >= expected:
             return []

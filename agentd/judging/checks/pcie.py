@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentd.base.ids import natural_key
 from agentd.judging.checks.common import CheckInput
 from agentd.judging.findings import finding, gpu_subject, pci_subject
 from agentd.model import Finding, PathType, PciDevice, Severity
-from agentd.base.ids import natural_key
 
 ACS_P2P_REQ_REDIRECT = 1 << 2
 ACS_P2P_CMPL_REDIRECT = 1 << 3
