@@ -1,7 +1,7 @@
 # Two commands for a fresh machine (see README):
 #   make demo   - install into .venv and run the daemon (on a simulated node when this
 #                 host has no GPUs/HCAs)
-#   make test   - install into .venv and run the test suite
+#   make test   - install into .venv, lint, and run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -28,7 +28,12 @@ demo: $(STAMP)
 		$(BIN)/agentd run --simulate $(PROFILE); \
 	fi
 
-test: $(STAMP)
+# ruff on everything; mypy strict on the core layers (pyproject.toml [tool.mypy]).
+lint: $(STAMP)
+	$(BIN)/ruff check agentd tests bench
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
@@ -38,4 +43,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

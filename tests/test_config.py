@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -128,7 +129,7 @@ def test_env_overrides_tree():
 
 def test_config_is_immutable():
     cfg = AgentConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError):
         cfg.listen = "x:1"  # type: ignore[misc]
 
 

@@ -134,7 +134,7 @@ class FakeSocket:
 
     def recv(self, _n: int) -> bytes:
         if not self.pending:
-            raise socket.timeout("timed out")
+            raise TimeoutError("timed out")
         return self.pending.pop(0)
 
     def settimeout(self, _t):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agentd import sim
-from agentd.config import AgentConfig, Timeouts
 from agentd.collection.collector import Collector
+from agentd.config import AgentConfig, Timeouts
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentd.host.ibparse import PHYS_STATES, PORT_STATES, is_gid, is_zero, parse_rate, parse_state
+from tests.support.fixtures import OUTPUTS
 from tests.support.ib_oracles import (
     ipv4_of,
     is_ipv4_mapped,
@@ -17,7 +18,6 @@ from tests.support.ib_oracles import (
     parse_ibstatus,
     roce_v2_gid_index,
 )
-from tests.support.fixtures import OUTPUTS
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ def test_ibstat_every_file(path):
     expected = _ibstat_blocks(text)
     cas = parse_ibstat(text)
     assert [c["name"] for c in cas] == [name for name, _ in expected]
-    for ca, (name, kv) in zip(cas, expected):
+    for ca, (_name, kv) in zip(cas, expected):
         assert ca["hca_type"] == kv["CA type"]
         assert ca["fw_ver"] == kv["Firmware version"]
         assert ca["node_guid"] == kv["Node GUID"]

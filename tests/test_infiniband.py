@@ -15,8 +15,8 @@ from agentd.collection.collector import IB_PARTS, PROBE_TIERS, Collector
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.infiniband import PARTS, read_infiniband
-from tests.support.ib_oracles import roce_v2_gid_index
 from tests.support.fixtures import SYSFS_TREES, TREES, flattened_copy, writable_copy
+from tests.support.ib_oracles import roce_v2_gid_index
 
 
 def _root(tree: str, flattened: bool, tmp_path: Path) -> Path:
@@ -343,8 +343,8 @@ def _ib_node(root: Path, *, device_link: bool) -> None:
     for n in (1, 2):
         pdir = dev / f"ports/{n}"
         _port(pdir, link_layer="InfiniBand", rate="56 Gb/sec (4X FDR)")
-        _gid_table(pdir, [("fe80:0000:0000:0000:0002:c903:0010:000%d" % n, "", ""), (ZERO, "", ""),
-                          ("fe80:0000:0000:0000:0002:c903:0010:00a%d" % n, "", "")])
+        _gid_table(pdir, [(f"fe80:0000:0000:0000:0002:c903:0010:000{n}", "", ""), (ZERO, "", ""),
+                          (f"fe80:0000:0000:0000:0002:c903:0010:00a{n}", "", "")])
     _ln(root / "sys/class/infiniband/mlx4_0", "../../devices/pci0000:80/0000:80:02.0/0000:81:00.0/infiniband/mlx4_0")
 
 

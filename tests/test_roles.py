@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agentd.config import HcaSelection
-from agentd.model import Gpu, Hca, IbPort, NodeSnapshot
 from agentd.base.ids import natural_key
+from agentd.config import HcaSelection
 from agentd.judging.roles import hca_roles
+from agentd.model import Gpu, Hca, IbPort, NodeSnapshot
 
 
 def hca(name, model, layer="InfiniBand", rate=400.0):

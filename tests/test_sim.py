@@ -14,8 +14,8 @@ import pytest
 
 from agentd import sim
 from agentd.sim.build import pci_layout, pristine_root
-from agentd.sim.faults import advancing_paths, touched_paths
 from agentd.sim.fault_kinds import KINDS
+from agentd.sim.faults import advancing_paths, touched_paths
 from agentd.sim.net import format_mlnx_qos, parse_ethtool
 from agentd.sim.pcicfg import CAP_EXP, SPEED_GEN, find_cap, read_acs_ctrl, read_class_code, read_link_status, read_port_type
 from agentd.sim.tree import restore_path, snapshot_tree

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.config import AgentConfig
 from agentd.collection.collector import collect_once
+from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 from tests.support.fixtures import SYSFS_TREES, flattened_copy

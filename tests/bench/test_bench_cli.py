@@ -11,12 +11,12 @@ import shlex
 import pytest
 
 from agentd import sim
+from agentd.config import AgentConfig, load_config
+from agentd.host.gpuprocs import GpuProcesses
 from agentd.ncclbench.cli import add_bench_parser, cmd_bench
 from agentd.ncclbench.history import history_path, load_history
 from agentd.ncclbench.job import BenchOptions, next_due, run_bench_job
 from agentd.ncclbench.results import BenchRun
-from agentd.config import AgentConfig, load_config
-from agentd.host.gpuprocs import GpuProcesses
 from tests.support.bench_data import DATA
 
 MiB = 1 << 20
@@ -165,7 +165,7 @@ def test_job_for_the_daemon_and_schedule(node):
 
 
 def test_scheduled_options_read_proposed_config_keys_when_present():
-    from types import SimpleNamespace  # noqa: PLC0415
+    from types import SimpleNamespace
 
     cfg = SimpleNamespace(bench=SimpleNamespace(idle_only=False, ops=["all_reduce"], sizes=["256M", "1M"], runner="torch", transport="net", expected_busbw_gbps={"all_reduce": 400.0}))
     o = BenchOptions.scheduled(cfg)  # type: ignore[arg-type]

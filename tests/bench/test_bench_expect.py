@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from agentd import sim
-from agentd.ncclbench.expect import ExpectPolicy, Fabric, detect_fabric, expectations
-from agentd.config import AgentConfig
 from agentd.collection.collector import collect_once
+from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.judging.roles import hca_roles
+from agentd.ncclbench.expect import ExpectPolicy, Fabric, detect_fabric, expectations
 
 MiB = 1 << 20
 SIZES = [104857, MiB, 16 * MiB, 64 * MiB, 256 * MiB]

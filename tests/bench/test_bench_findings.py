@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from agentd.model import Finding
 from agentd.ncclbench.expect import Expectation
 from agentd.ncclbench.findings import BELOW_MIN, FAILED, WRONG, judge_run, likely_causes, size_label, status_after_judging
 from agentd.ncclbench.results import BenchRun, OpResult
-from agentd.model import Finding
 
 MiB = 1 << 20
 

@@ -211,7 +211,7 @@ def test_runner2_is_bounded_too(tmp_path):
 
 
 def test_torchbench_module_is_importable_without_torch():
-    from agentd.ncclbench.torchbench import layout  # noqa: PLC0415
+    from agentd.ncclbench.torchbench import layout
 
     assert layout("all_gather", 1000, 8) == (31, 248, 992)
     assert layout("reduce_scatter", 256 * MiB, 8) == (64 * MiB, 8 * MiB, 256 * MiB)

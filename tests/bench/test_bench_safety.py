@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from agentd.ncclbench.safety import check_idle
 from agentd.host.fs import HostRoot
 from agentd.host.gpuprocs import GpuProcess, GpuProcesses, gpu_processes
+from agentd.ncclbench.safety import check_idle
 
 
 def sim_root(tmp_path, doc) -> HostRoot:

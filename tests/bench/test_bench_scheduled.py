@@ -9,17 +9,16 @@ import shutil
 import subprocess
 from types import SimpleNamespace
 
-import pytest
-from tests.support.bench_data import DATA
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import sim
-from agentd.config import AgentConfig
 from agentd.collection.collector import collect_once
-from agentd.host.fs import HostRoot
+from agentd.config import AgentConfig
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.exposition import REGISTRY
 from agentd.daemon.state import State
+from agentd.host.fs import HostRoot
+from tests.support.bench_data import DATA
 
 
 class FakeDaemon:

@@ -14,7 +14,6 @@ from agentd.judging.baseline import (
     baseline_to_json,
 )
 from agentd.judging.roles import hca_roles
-
 from tests.support.check_snapshots import cfg, layout, node, with_port
 
 

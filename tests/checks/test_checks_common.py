@@ -14,7 +14,6 @@ from agentd.judging.checks.common import (
     exceeds,
     in_window,
 )
-
 from tests.support.check_snapshots import node
 
 

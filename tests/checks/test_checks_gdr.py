@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from agentd.judging.checks.gdr import check_gdr
 from agentd.model import NodeSnapshot
-
 from tests.support.check_snapshots import inp, node, one, only, problems, with_gdr
 
 NO_PEERMEM = {"peermem_loaded": False, "peermem_version_path": None, "peermem_version": None}

@@ -7,7 +7,6 @@ import pytest
 from agentd.judging.baseline import baseline_from
 from agentd.judging.checks.ib import check_flapping, check_ports
 from agentd.judging.roles import hca_roles
-
 from tests.support.check_snapshots import cfg, inp, later, node, one, only, with_counters, with_port
 
 STORAGE = "mlx5_8"

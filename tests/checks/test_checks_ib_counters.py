@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agentd.judging.checks.ib_counters import check_counters
-
 from tests.support.check_snapshots import cfg, inp, later, node, one, only, problems, with_counters
 
 HCA = "mlx5_2"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from agentd.judging.baseline import baseline_from
 from agentd.judging.checks.inventory import check_inventory
 from agentd.judging.roles import hca_roles
-
 from tests.support.check_snapshots import (
     cfg,
     inp,

@@ -7,7 +7,6 @@ import pytest
 from agentd.judging.checks.mtu import check_mtu
 from agentd.judging.expected import expected_values
 from agentd.judging.roles import hca_roles
-
 from tests.support.check_snapshots import cfg, inp, node, one, only, problems, with_netdev
 
 

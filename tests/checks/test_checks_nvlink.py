@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from agentd.judging.checks.nvlink import check_nvlink
 from agentd.model import NvmlInfo
-
 from tests.support.check_snapshots import (
     cfg,
     inp,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agentd.judging.checks.pcie import check_acs, check_gpu_nic_paths, check_links
-
 from tests.support.check_snapshots import (
     STORAGE_BDF,
     cfg,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from agentd.judging.checks.probes import MAX_PER_SOURCE, check_probes
 from agentd.model import NvmlInfo, ProbeStatus, ReadError
-
 from tests.support.check_snapshots import T0, inp, node, one
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from agentd.judging.baseline import baseline_from
 from agentd.judging.checks import CHECKS, CheckInput, check_name, run_checks
+from agentd.judging.roles import HcaRoles, hca_roles
 from agentd.model import (
     Finding,
     PfcConfig,
@@ -17,8 +18,6 @@ from agentd.model import (
     overall_status,
     sort_findings,
 )
-from agentd.judging.roles import HcaRoles, hca_roles
-
 from tests.support.check_snapshots import (
     T0,
     cfg,

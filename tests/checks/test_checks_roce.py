@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from agentd.judging.checks.roce import check_roce
 from agentd.model import Netdev, PfcConfig, RoceEcn
-
 from tests.support.check_snapshots import (
     cfg,
     inp,

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from tests.support.daemon_harness import agentd_cmd, free_port, stop_process
 
 sim = pytest.importorskip("agentd.sim")

@@ -37,8 +37,8 @@ from typing import Callable
 import pytest
 
 from agentd import sim
-from agentd.config import AgentConfig
 from agentd.collection.collector import Collector, probes_in
+from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 from agentd.nccl import render_all

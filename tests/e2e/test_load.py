@@ -92,7 +92,7 @@ async def _load(a: Agent) -> dict:
                     body = await r.read()
                     why = _check(path, gz, r.status, r.headers, body)
                     codes[r.status] = codes.get(r.status, 0) + 1
-            except Exception as e:  # noqa: BLE001 - every failure counts, whatever it is
+            except Exception as e:
                 why = f"{key}: {type(e).__name__}: {e}"
             lat[key].append(time.perf_counter() - t0)
             if why:
@@ -121,7 +121,7 @@ async def _load(a: Agent) -> dict:
             try:
                 code, body = a.get("/health", timeout=30)
                 why = _check("/health", False, code, {}, body)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 why = f"probe /health: {type(e).__name__}: {e}"
             probe.append(time.perf_counter() - t)
             if why:
@@ -194,7 +194,7 @@ def _raw(a: Agent, payload: bytes, *, timeout: float = 10.0) -> bytes:
                 chunks.append(chunk)
                 if b"\r\n\r\n" in b"".join(chunks):
                     break
-        except (ConnectionResetError, TimeoutError, socket.timeout):
+        except (ConnectionResetError, TimeoutError):
             pass
         return b"".join(chunks)
 

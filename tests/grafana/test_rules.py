@@ -57,7 +57,7 @@ def test_unit_tests_exist():
 
 
 def test_required_alerts_exist():
-    assert REQUIRED_ALERTS <= set(alert_names())
+    assert set(alert_names()) >= REQUIRED_ALERTS
 
 
 @pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: f"{r['alert']}-{r['labels'].get('severity')}")
@@ -82,8 +82,7 @@ def test_rule_variants_are_distinct():
 def _cases():
     for path in RULE_TESTS:
         for test in yaml.safe_load(path.read_text())["tests"]:
-            for case in test.get("alert_rule_test", []):
-                yield case
+            yield from test.get("alert_rule_test", [])
 
 
 def test_every_alert_has_a_firing_and_a_not_firing_unit_test():

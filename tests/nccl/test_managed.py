@@ -6,13 +6,13 @@ import subprocess
 import tempfile
 
 import pytest
-from tests.support.nccl_snapshots import config, ib_node, roles_for
 
+from agentd.base import atomic as files
 from agentd.nccl import render_all
 from agentd.nccl.envfile import read_nccl_conf, read_systemd_env_file
 from agentd.nccl.xmlcheck import check_topo_xml
-from agentd.base import atomic as files
 from agentd.outputs.managed import ManagedFile, ManagedFiles, digest, read_seal, seal, unseal, write_managed
+from tests.support.nccl_snapshots import config, ib_node, roles_for
 
 BODY = "# NCCL settings, written by agentd\n# generated: 2026-01-01T00:00:00Z\nNCCL_IB_HCA==mlx5_0:1\n"
 

@@ -5,12 +5,12 @@ import shutil
 import subprocess
 
 import pytest
-from tests.support.check_snapshots import with_port
-from tests.support.nccl_snapshots import config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, warning
 
 from agentd.judging.findings import NODE, netdev_subject, pci_subject, port_subject
 from agentd.nccl.env import derive_env, render_env_conf, render_env_sh, sh_quote
 from agentd.nccl.envfile import read_docker_env_file, read_nccl_conf, read_systemd_env_file
+from tests.support.check_snapshots import with_port
+from tests.support.nccl_snapshots import config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config, warning
 
 ALL8 = "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
 

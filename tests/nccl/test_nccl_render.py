@@ -1,14 +1,13 @@
 """render_all: the pure entry point the daemon and `agentd render` call."""
 
-from tests.support.check_snapshots import with_port
-from tests.support.nccl_snapshots import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config
-
 from agentd.config import AgentConfig
 from agentd.judging.findings import port_subject
 from agentd.model import Hca
 from agentd.nccl import NcclRender, render_all
 from agentd.nccl.envfile import read_nccl_conf
 from agentd.nccl.xmlcheck import check_topo_xml
+from tests.support.check_snapshots import with_port
+from tests.support.nccl_snapshots import bdf, config, critical, ib_node, pcie_node, roce_node, roles_for, unvalidated_config
 
 
 def render(snap, findings=(), **nccl) -> NcclRender:

@@ -2,12 +2,11 @@
 
 import xml.etree.ElementTree as ET
 
-from tests.support.nccl_snapshots import BRIDGE, GEN4, bdf, ib_node, pci, pcie_node, roce_node, roles_for
-
 from agentd.model import Gpu, Hca, NodeSnapshot, SystemInfo
 from agentd.nccl.topo import build_topo, nic_busid, render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml
 from tests.support.fixtures import NCCL_TOPO
+from tests.support.nccl_snapshots import BRIDGE, GEN4, bdf, ib_node, pci, pcie_node, roce_node, roles_for
 
 
 def render(snap):

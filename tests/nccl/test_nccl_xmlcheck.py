@@ -1,11 +1,11 @@
 """The NCCL-rule checker: it must fail where NCCL's own reader fails or misreads."""
 
 import pytest
-from tests.support.nccl_snapshots import ib_node, roles_for
 
 from agentd.nccl.topo import render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml, scan_topo_xml
 from tests.support.fixtures import NCCL_TOPO
+from tests.support.nccl_snapshots import ib_node, roles_for
 
 MINI = """<system version="1">
   <cpu numaid="0" affinity="0000ffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">

@@ -3,7 +3,6 @@ typed subject is the port, its HCA, the HCA's PCI function or the port's netdev;
 else does, whatever its text looks like."""
 
 import pytest
-from tests.support.nccl_snapshots import config, critical, ib_node, roce_node, roles_for, warning
 
 from agentd.judging.findings import (
     NODE,
@@ -17,6 +16,7 @@ from agentd.judging.findings import (
 )
 from agentd.model import Finding
 from agentd.nccl.env import derive_env, port_verdicts
+from tests.support.nccl_snapshots import config, critical, ib_node, roce_node, roles_for, warning
 
 ROCE_ALL = [f"mlx5_{i}:1" for i in range(8)]
 

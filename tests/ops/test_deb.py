@@ -12,8 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import subprocess
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentd.config import AgentConfig
-from agentd.model import Finding, GdrInfo, Gpu, Hca, IbPort, NodeSnapshot, NvLink, NvmlGpu, NvmlInfo
 from agentd.judging.roles import HcaRoles
+from agentd.model import Finding, GdrInfo, Gpu, Hca, IbPort, NodeSnapshot, NvLink, NvmlGpu, NvmlInfo
 from agentd.outputs.nfd import (
     LABEL_VALUE_RE,
     default_expiry_s,
@@ -83,7 +83,7 @@ def test_healthy_ib_node_labels() -> None:
 def test_expiry_is_rfc3339_utc_and_counts_from_now() -> None:
     directives, _ = _parse(render_nfd_features("ok", [], _node(), expiry_s=90, now=T0 + 3600))
     stamp = directives[0].split("=", 1)[1]
-    parsed = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    parsed = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
     assert parsed.timestamp() == T0 + 3600 + 90
     with pytest.raises(ValueError):
         render_nfd_features("ok", [], _node(), expiry_s=0)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentd.config import AgentConfig
 from agentd.collection.collector import collect_once
+from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.model import NodeSnapshot
 
@@ -108,7 +108,7 @@ def test_garbage_in_each_parsed_file_kind(trees: dict, kind: str, data: bytes) -
 
 
 def test_trees_are_restored(trees: dict) -> None:
-    for root, files in trees.values():
+    for root, _files in trees.values():
         snap = collect_once(HostRoot.at(root), AgentConfig(host_root=root))
         check(snap)
         assert snap.read_errors == ()

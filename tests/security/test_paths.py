@@ -14,12 +14,11 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from agentd.config import AgentConfig
 from agentd.collection.collector import collect_once
+from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.model import NodeSnapshot
 

@@ -91,9 +91,8 @@ def basic(user: str, password: str) -> str:
 
 async def get(url: str, *, ssl_ctx: ssl.SSLContext | bool = True, auth: tuple[str, str] | None = None) -> tuple[int, dict, str]:
     headers = {"Authorization": basic(*auth)} if auth else {}
-    async with aiohttp.ClientSession() as s:
-        async with s.get(url, ssl=ssl_ctx, headers=headers) as r:
-            return r.status, dict(r.headers), await r.text()
+    async with aiohttp.ClientSession() as s, s.get(url, ssl=ssl_ctx, headers=headers) as r:
+        return r.status, dict(r.headers), await r.text()
 
 
 TLS_AUTH = f"""

@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
-from tests.support import service_snapshots as fixtures
 from agentd.collection.collector import PROBE_TIERS
 from agentd.config import AgentConfig, Intervals
-from agentd.host.fs import HostRoot
-from agentd.model import Finding
-from agentd.judging.roles import HcaRoles
-from agentd.judging.expected import Expected
-from agentd.outputs.evaluate import Evaluation
-from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.daemon.daemon import Daemon
+from agentd.daemon.systemd import Notifier, Watchdog
+from agentd.host.fs import HostRoot
+from agentd.judging.expected import Expected
+from agentd.judging.roles import HcaRoles
+from agentd.model import Finding
+from agentd.outputs.evaluate import Evaluation
+from tests.support import service_snapshots as fixtures
 
 TIERS = dict(PROBE_TIERS)
 

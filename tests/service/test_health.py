@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from tests.support import service_snapshots as fixtures
 from agentd.collection.collector import PROBE_TIERS
-from agentd.model import Finding
 from agentd.daemon.health import health, health_json, health_text, status_line
+from agentd.model import Finding
+from tests.support import service_snapshots as fixtures
 
 WARN = Finding(code="mtu.mismatch", severity="warning", subject="ens1np0", message="MTU 1500, expected 9000")
 CRIT = Finding(code="ib.port.down", severity="critical", subject="mlx5_1:1", message="port DOWN, expected ACTIVE")

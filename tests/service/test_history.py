@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.support import service_snapshots as fixtures
 from agentd.collection.history import History, share, spans
+from tests.support import service_snapshots as fixtures
 
 
 def with_port_state(snap, state: str, **counters):

@@ -8,9 +8,9 @@ import gzip
 import aiohttp
 import pytest
 
-from tests.support import service_snapshots as fixtures
 from agentd.daemon.http import accepts_gzip, build_app, parse_listen, start_server
 from agentd.daemon.state import State
+from tests.support import service_snapshots as fixtures
 
 
 class Source:

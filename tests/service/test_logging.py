@@ -6,10 +6,10 @@ import io
 import json
 import time
 
-from tests.support import service_snapshots as fixtures
-from agentd.model import Finding
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes, state_changes
+from agentd.model import Finding
 from agentd.records import FileStatus
+from tests.support import service_snapshots as fixtures
 
 CRIT = Finding(code="ib.port.down", severity="critical", subject="mlx5_1:1", message="DOWN")
 WARN = Finding(code="mtu.mismatch", severity="warning", subject="ens1np0", message="MTU")

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.support import service_snapshots as fixtures
 from agentd.config import AgentConfig
-from agentd.judging.roles import HcaRoles
 from agentd.judging.expected import Expected, expected_values
+from agentd.judging.roles import HcaRoles
 from agentd.outputs.evaluate import Evaluation, Evaluator
 from agentd.outputs.writer import FileKeeper, NfdKeeper, planned_files
+from tests.support import service_snapshots as fixtures
 
 ROLES = HcaRoles(("mlx5_0", "mlx5_1"), (), "config")
 

@@ -6,7 +6,6 @@ has a rate."""
 from __future__ import annotations
 
 import pytest
-from tests.support import service_snapshots as fixtures
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.base.pma import PMA_COUNTER_WIDTHS
@@ -14,6 +13,7 @@ from agentd.config import AgentConfig
 from agentd.judging.checks import CheckInput
 from agentd.judging.checks.ib_counters import check_counters
 from agentd.model import NodeSnapshot
+from tests.support import service_snapshots as fixtures
 
 HCA = "mlx5_0"
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from agentd.collection.collector import PROBE_TIERS
+from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.judging.checks import CheckInput
-from agentd.config import AgentConfig
 from agentd.model import (
     Finding,
     GdrInfo,

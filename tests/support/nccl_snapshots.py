@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from agentd.config import AgentConfig
 from agentd.judging.findings import finding
-from agentd.model import Finding, Gid, Gpu, Hca, IbPort, Netdev, NodeSnapshot, NumaNode, PciDevice, Subject, SystemInfo
 from agentd.judging.roles import HcaRoles, hca_roles
+from agentd.model import Finding, Gid, Gpu, Hca, IbPort, Netdev, NodeSnapshot, NumaNode, PciDevice, Subject, SystemInfo
 
 GEN5 = ("32.0 GT/s PCIe", 32.0)
 GEN4 = ("16.0 GT/s PCIe", 16.0)

@@ -6,6 +6,9 @@ import time
 
 from agentd.collection.collector import PROBE_TIERS
 from agentd.config import AgentConfig, Intervals
+from agentd.daemon.exposition import REGISTRY
+from agentd.daemon.state import State
+from agentd.judging.expected import Expected
 from agentd.model import (
     Finding,
     GdrInfo,
@@ -24,9 +27,6 @@ from agentd.model import (
     RoceEcn,
     SystemInfo,
 )
-from agentd.daemon.exposition import REGISTRY
-from agentd.daemon.state import State
-from agentd.judging.expected import Expected
 from agentd.records import FileStatus, TierRun
 
 PROBES = tuple(PROBE_TIERS)  # every probe the collector has, from its catalogue
