@@ -41,15 +41,14 @@ def format_value(v: float | int | bool) -> str:
         return str(v)
     if cls is bool:
         return "1" if v else "0"
-    if cls is not float:
-        v = float(v)
-    if math.isnan(v):
+    f: float = v if cls is float else float(v)
+    if math.isnan(f):
         return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    if v.is_integer() and abs(v) < 2**53:
-        return str(int(v))
-    return repr(v)
+    if math.isinf(f):
+        return "+Inf" if f > 0 else "-Inf"
+    if f.is_integer() and abs(f) < 2**53:
+        return str(int(f))
+    return repr(f)
 
 
 def _label_text(v: object) -> str:

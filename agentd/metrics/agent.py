@@ -4,15 +4,16 @@ configuration reloads, udev events, build and process."""
 from __future__ import annotations
 
 import platform
-from typing import Any
+from typing import Any, Final
 
 from agentd import __version__
-from agentd.base.expo import Exposition, Family
+from agentd.base.expo import Exposition, Family, MetricType
 from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 
-G, C = "gauge", "counter"
+G: Final[MetricType] = "gauge"
+C: Final[MetricType] = "counter"
 FAMILIES: tuple[Family, ...] = (
     Family("agentd_build_info", G, "agentd version and Python version (value 1).", ("version", "python")),
     Family("agentd_node_info", G, "The node as agentd reads it (value 1): hostname (node_exporter's nodename), kernel release, architecture, virtualization (empty on bare metal).", ("nodename", "kernel_release", "arch", "virtualization")),
@@ -92,7 +93,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
         for e in snap.read_errors:
             errors[e.source] = errors.get(e.source, 0) + 1
         for p in snap.probes:
-            lab = (p.name,)
+            lab: tuple[str, ...] = (p.name,)
             x.add("agentd_probe_duration_seconds", lab, p.duration_s)
             x.add("agentd_probe_success", lab, p.ok)
             if p.last_success_at is not None:

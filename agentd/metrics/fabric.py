@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
+from typing import Final
 
-from agentd.base.expo import Exposition, Family
+from agentd.base.expo import Exposition, Family, MetricType
 from agentd.base.ids import bus_id_label
 from agentd.base.pma import PMA_COUNTER_WIDTHS, is_saturated
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 from agentd.model import Hca, IbPort, NodeSnapshot, PathType
 
-G, C = "gauge", "counter"
+G: Final[MetricType] = "gauge"
+C: Final[MetricType] = "counter"
 DP = ("device", "port")
 GBPS_TO_BYTES = 125_000_000  # 1 Gb/s = 125 000 000 bytes/s
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from agentd.base.expo import Exposition, Family
+from typing import Final
+
+from agentd.base.expo import Exposition, Family, MetricType
 from agentd.base.ids import VENDOR_NVIDIA, bus_id_label
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 from agentd.model import GdrInfo, NodeSnapshot, PathType
 
-G, C = "gauge", "counter"
+G: Final[MetricType] = "gauge"
+C: Final[MetricType] = "counter"
 GP = ("gpu", "pci_bus_id")
 PCI = ("pci_bus_id", "role")
 
@@ -131,9 +134,9 @@ def render(x: Exposition, s: MetricsSource) -> None:
     _pcie(x, s, snap)
     gdr = snap.gdr
     if snap.gpus or gdr.nvidia_loaded:
-        path = gdr_path(gdr)
-        x.add("agentd_gdr_available", (), path != "none")
-        x.add("agentd_gdr_path_info", (path,), 1)
+        gdr_kind = gdr_path(gdr)
+        x.add("agentd_gdr_available", (), gdr_kind != "none")
+        x.add("agentd_gdr_path_info", (gdr_kind,), 1)
         x.add(
             "agentd_gdr_info",
             (str(gdr.peermem_loaded).lower(), gdr.peermem_version or "", gdr.nvidia_driver_version or "", "" if gdr.nvidia_open_module is None else str(gdr.nvidia_open_module).lower(), gdr.kernel_release or ""),
