@@ -15,7 +15,7 @@ import dataclasses
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
@@ -31,6 +31,7 @@ from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
 from agentd.judging.baseline import Baseline
 from agentd.metrics.agent import process_stats
+from agentd.model import NodeSnapshot
 from agentd.outputs.baseline_store import BaselineError, load_baseline
 from agentd.outputs.evaluate import Evaluation, evaluate
 from agentd.outputs.writer import Writer
@@ -38,6 +39,16 @@ from agentd.records import ReloadStatus, TierRun
 
 TIERS = ("fast", "medium", "slow")
 _UNSET: Any = object()
+
+
+class CollectorLike(Protocol):
+    """What the daemon uses of a collector: agentd.collection.collector.Collector, or a fake in the tests."""
+
+    async def run(self, names: Iterable[str]) -> object: ...
+
+    def snapshot(self) -> NodeSnapshot: ...
+
+    def with_config(self, config: AgentConfig) -> CollectorLike: ...
 class Daemon:
     def __init__(
         self,
@@ -46,7 +57,7 @@ class Daemon:
         host: HostRoot,
         config_path: Path | None = None,
         overrides: Mapping[str, Any] | None = None,
-        collector: Any = None,
+        collector: CollectorLike | None = None,
         probe_tiers: Mapping[str, str] | None = None,
         evaluate: Callable[..., Evaluation] = evaluate,
         writer: Writer | None = None,
@@ -114,11 +125,13 @@ class Daemon:
             return [n for n, t in self.probe_tiers.items() if t == tier]
         return list(self.probe_tiers)
 
-    def _snapshot_job(self) -> Callable[[], Any]:
+    def _snapshot_job(self) -> Callable[[], NodeSnapshot]:
         """A snapshot() callable safe to run in a worker thread (a private copy of outputs)."""
         c = self.collector
-        if dataclasses.is_dataclass(c) and isinstance(getattr(c, "outputs", None), dict):
-            return dataclasses.replace(c, outputs=dict(c.outputs)).snapshot
+        outputs = getattr(c, "outputs", None)
+        if dataclasses.is_dataclass(c) and not isinstance(c, type) and isinstance(outputs, dict):
+            private: CollectorLike = dataclasses.replace(c, outputs=dict(outputs))
+            return private.snapshot
         return c.snapshot
 
     async def collect(self, tier: str) -> None:
@@ -255,7 +268,11 @@ class Daemon:
     def _on_sighup(self) -> None:
         task = asyncio.get_running_loop().create_task(self.reload())
         self._tasks.append(task)  # keep a reference until it is done (and cancel it on stop)
-        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[Any]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
 
     async def _startup(self) -> None:
         await self._guarded("all")

@@ -50,7 +50,7 @@ def health_json(state: State, h: Health) -> bytes:
 
 def health_text(h: Health) -> bytes:
     """First line the status, then one line per non-ok finding: a Slurm drain reason."""
-    lines = [h.status]
+    lines: list[str] = [h.status]
     if h.status == "starting":
         lines.append("critical agentd.starting node: first collection not finished yet")
     for f in h.findings:

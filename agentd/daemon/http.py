@@ -83,7 +83,7 @@ def build_app(source: StateSource, *, clock: Callable[[], float] = time.time, mi
         state = source.state
         h = health(state, clock())
         text = request.query.get("format") == "text"
-        render = (lambda: health_text(h)) if text else (lambda: health_json(state, h))
+        render: Callable[[], bytes] = (lambda: health_text(h)) if text else (lambda: health_json(state, h))
         # Without stale probes the body depends on the State alone: build it once per State.
         body = render() if h.stale_probes else state.cached(("health", text), render)
         if text:
@@ -167,7 +167,7 @@ class ConnectionLimiter:
         self.conns[proto] = [transport, False]
         return True
 
-    def wrap(self, factory: Callable[[], Any]) -> Callable[[], Any]:
+    def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: _Tracked(factory(), self)
 
 
@@ -175,7 +175,7 @@ class _Tracked(asyncio.Protocol):
     """Forwards to aiohttp's protocol (which has __slots__, so it cannot be patched) and
     tells the limiter when a connection opens, first sends data, and closes."""
 
-    def __init__(self, inner: Any, limiter: ConnectionLimiter):
+    def __init__(self, inner: asyncio.Protocol, limiter: ConnectionLimiter):
         self.inner, self.limiter, self.admitted = inner, limiter, False
 
     def connection_made(self, transport: Any) -> None:
@@ -183,7 +183,7 @@ class _Tracked(asyncio.Protocol):
         if self.admitted:
             self.inner.connection_made(transport)
 
-    def connection_lost(self, exc: BaseException | None) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.limiter.conns.pop(self, None)
         if self.admitted:
             self.inner.connection_lost(exc)

@@ -81,17 +81,17 @@ def state_changes(old: State | None, new: State) -> list[Event]:
     for name in sorted(old_stale - new_stale):
         events.append(("info", "probe.recovered", {"probe": name}))
 
-    old_files = {f.name: f for f in old.files} if old is not None else {}
-    for f in new.files:
-        prev = old_files.get(f.name)
-        if f.changed:
-            events.append(("info", "file.written", {"file": f.name, "path": f.path}))
-        if not f.ok and (prev is None or prev.ok or prev.error != f.error):
-            events.append(("error", "file.write_failed", {"file": f.name, "path": f.path, "error": f.error}))
-        elif f.ok and prev is not None and not prev.ok:
-            events.append(("info", "file.write_recovered", {"file": f.name, "path": f.path}))
-        if f.drift and (prev is None or not prev.drift):
-            events.append(("warning", "file.drift", {"file": f.name, "path": f.path}))
+    old_files = {fs.name: fs for fs in old.files} if old is not None else {}
+    for fs in new.files:
+        prev_fs = old_files.get(fs.name)
+        if fs.changed:
+            events.append(("info", "file.written", {"file": fs.name, "path": fs.path}))
+        if not fs.ok and (prev_fs is None or prev_fs.ok or prev_fs.error != fs.error):
+            events.append(("error", "file.write_failed", {"file": fs.name, "path": fs.path, "error": fs.error}))
+        elif fs.ok and prev_fs is not None and not prev_fs.ok:
+            events.append(("info", "file.write_recovered", {"file": fs.name, "path": fs.path}))
+        if fs.drift and (prev_fs is None or not prev_fs.drift):
+            events.append(("warning", "file.drift", {"file": fs.name, "path": fs.path}))
     return events
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gzip
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, TypeVar
 
 from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
@@ -19,6 +19,7 @@ from agentd.model import Finding, NodeSnapshot, overall_status
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
 HealthStatus = Literal["ok", "degraded", "critical", "starting"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,10 +55,11 @@ class State:
             return "starting"
         return overall_status(self.findings)
 
-    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+    def cached(self, key: Any, build: Callable[[], _T]) -> _T:
         """Derived data computed at most once per State (the loop thread is the only reader)."""
         try:
-            return self._cache[key]
+            value: _T = self._cache[key]  # the key's builder fixed the type when it was stored
+            return value
         except KeyError:
             value = self._cache[key] = build()
             return value

@@ -182,7 +182,7 @@ def parse_go_duration(text: str) -> float:
 # loading
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs, so SafeLoader is Any here
     """SafeLoader without aliases (no entity-expansion bombs) and with duplicate-key errors."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
