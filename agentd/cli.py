@@ -12,10 +12,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from agentd import __version__
 from agentd.config import AgentConfig, ConfigError, load_config
+
+if TYPE_CHECKING:  # imported where used, so that `agentd --help` stays quick
+    from agentd.host.fs import HostRoot
+    from agentd.model import NodeSnapshot
 
 EXIT_OK, EXIT_DEGRADED, EXIT_CRITICAL, EXIT_INTERNAL = 0, 1, 2, 3
 STATUS_EXIT = {"ok": EXIT_OK, "degraded": EXIT_DEGRADED, "critical": EXIT_CRITICAL}
@@ -86,7 +90,7 @@ def _config(args: argparse.Namespace, **extra: Any) -> AgentConfig:
     return load_config(args.config, overrides=over or None)
 
 
-def _host(config: AgentConfig):
+def _host(config: AgentConfig) -> HostRoot:
     from agentd.host.fs import HostRoot
 
     root = config.host_root
@@ -101,7 +105,7 @@ def _host(config: AgentConfig):
     return HostRoot.at(root)
 
 
-def _collect(config: AgentConfig, *, rate_window: bool):
+def _collect(config: AgentConfig, *, rate_window: bool) -> tuple[NodeSnapshot, tuple[NodeSnapshot, ...]]:
     """One snapshot, plus the one before it when counter rates are wanted."""
     from agentd.collection.collector import Collector, probes_in
 

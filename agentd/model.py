@@ -14,7 +14,7 @@ Conventions:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Literal
+from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -460,9 +460,9 @@ class Finding(Record):
         return {**data, "about": about, "subject": text}
 
 
-def overall_status(findings: list[Finding] | tuple[Finding, ...]) -> Literal["ok", "degraded", "critical"]:
+def overall_status(findings: Iterable[Finding]) -> Literal["ok", "degraded", "critical"]:
     worst = max((SEVERITY_RANK[f.severity] for f in findings), default=0)
-    return ("ok", "degraded", "critical")[worst]  # type: ignore[return-value]
+    return ("ok", "degraded", "critical")[worst]
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> list[Finding]:

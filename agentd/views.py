@@ -145,7 +145,7 @@ def findings_json(findings: Sequence[Finding]) -> dict[str, Any]:
 def findings_text(findings: Sequence[Finding], *, include_ok: bool = False) -> str:
     """One line a finding, most severe first: usable as a Slurm drain reason."""
     ordered = sort_findings(list(findings))
-    lines = [overall_status(ordered)]
+    lines: list[str] = [overall_status(ordered)]
     for f in ordered:
         if f.severity == "ok" and not include_ok:
             continue

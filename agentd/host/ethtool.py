@@ -73,7 +73,7 @@ def valid_ifname(name: str) -> bool:
 # live: SIOCETHTOOL
 
 
-def _ioctl(sock: socket.socket, ifname: bytes, buf: ctypes.Array) -> None:
+def _ioctl(sock: socket.socket, ifname: bytes, buf: ctypes.Array[ctypes.c_char]) -> None:
     ifr = _IfReq()
     ifr.ifr_name = ifname
     ifr.ifr_ifru.ifr_data = ctypes.addressof(buf)
@@ -92,11 +92,11 @@ def _stats_count(sock: socket.socket, ifname: bytes) -> int:
         drv = ctypes.create_string_buffer(_DRVINFO_SIZE)
         struct.pack_into("=I", drv, 0, ETHTOOL_GDRVINFO)
         _ioctl(sock, ifname, drv)
-        return struct.unpack_from("=I", drv, _DRVINFO_N_STATS_OFF)[0]
+        return int(struct.unpack_from("=I", drv, _DRVINFO_N_STATS_OFF)[0])
     _, _, mask = struct.unpack_from("=IIQ", buf, 0)
     if not mask & (1 << ETH_SS_STATS):
         return 0
-    return struct.unpack_from("=I", buf, 16)[0]
+    return int(struct.unpack_from("=I", buf, 16)[0])
 
 
 def _read_once(sock: socket.socket, ifname: bytes) -> dict[str, int]:

@@ -28,7 +28,6 @@ from agentd.model import ReadError, ReadErrorKind
 
 MAX_ATTR_BYTES = 64 * 1024  # sysfs attributes are at most a page; procfs files we read are small
 ESCAPE_DETAIL = "a directory on the path resolves outside the host root"
-_UNKNOWN = object()
 
 
 class ReadFailure(Exception):
@@ -183,9 +182,8 @@ class ReadContext:
         d, _, name = p.rpartition("/")
         if is_dir or name in ("", ".", ".."):
             d, name = p.rstrip("/"), ""
-        real = self._dirs.get(d, _UNKNOWN)  # the common case: a directory already seen
-        if real is _UNKNOWN:
-            real = self._real_dir(d)
+        dirs = self._dirs
+        real = dirs[d] if d in dirs else self._real_dir(d)  # the common case: a directory already seen
         if real is None:
             self.error(p, "escape", ESCAPE_DETAIL)
             return None

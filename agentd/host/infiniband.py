@@ -26,10 +26,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from agentd.base.ids import natural_key
+from agentd.base.ids import is_bdf, natural_key
 from agentd.host import ibparse
 from agentd.host.fs import ReadContext, parse_decimal
-from agentd.host.netdev import bdf_of_class_path, is_bdf, link_bdf
+from agentd.host.netdev import bdf_of_class_path, link_bdf
 from agentd.model import Gid, Hca, IbPort
 
 CLASS_IB = "sys/class/infiniband"

@@ -183,14 +183,14 @@ class _Live:
         errors: dict[str, int] = {}
         for key, const, default in _ERROR_COUNTERS:
             cid = getattr(nv, const, default)
-            v = self.call(f"nvmlDeviceGetNvLinkErrorCounter(gpu{gpu}, {i}, {key})", lambda: nv.nvmlDeviceGetNvLinkErrorCounter(h, i, cid), _NO_LINK)
+            v = self.call(f"nvmlDeviceGetNvLinkErrorCounter(gpu{gpu}, {i}, {key})", lambda: nv.nvmlDeviceGetNvLinkErrorCounter(h, i, cid), _NO_LINK)  # noqa: B023 - self.call runs the lambda at once, in this iteration
             if v is not None:
                 errors[key] = int(v)
         return NvLink(
             link=i,
             state="up" if int(state) == 1 else "down",
             remote_pci_bus_id=remote,
-            remote_type=remote_type,  # type: ignore[arg-type]
+            remote_type=remote_type,
             version=None if version is None else _NVLINK_GENERATION.get(int(version)),
             errors=errors,
         )

@@ -111,14 +111,14 @@ def derive_env(
                 env = env.with_note(f"nccl.socket_ifname: {name} is {nd.operstate or 'in an unknown state'}")
     if topo_path:
         env = _set(env, "NCCL_TOPO_FILE", topo_path, "measured", "measured: PCI tree from sysfs, written by agentd", known_hcas)
-    for key, value, setting in (
+    for key, configured, setting in (
         ("NCCL_IB_TC", nccl.ib_tc, "nccl.ib_tc"),
         ("NCCL_IB_SL", nccl.ib_sl, "nccl.ib_sl"),
         ("NCCL_CROSS_NIC", nccl.cross_nic, "nccl.cross_nic"),
         ("NCCL_NET_PLUGIN", nccl.net_plugin, "nccl.net_plugin"),
     ):
-        if value is not None:
-            env = _set(env, key, str(value), "config", f"config: {setting}", known_hcas)
+        if configured is not None:
+            env = _set(env, key, str(configured), "config", f"config: {setting}", known_hcas)
 
     for key, value in nccl.overrides.items():
         env = _set(env, key, value, "override", f"override: nccl.overrides.{key}", known_hcas)

@@ -20,7 +20,7 @@ What NCCL's reader does, and ``xmlreader.NcclXmlReader`` too:
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator
 
 from agentd.base.ids import BDF_RE
 from agentd.nccl.topo import ALLOWED_LINK_SPEEDS, NEEDS_FAMILY_MODEL, X86_VENDORS
@@ -33,6 +33,7 @@ OLD_MAX_SUBS = 128
 NODE_HEADROOM = 192  # NCCL adds gpu/nvlink/nic/net nodes to the same 256
 
 DETECTED = ("gpu", "nic", "net", "nvlink", "c2c", "pcilink")
+_Say = Callable[[str], None]  # err / warn: record one problem of the element being checked
 KNOWN_ATTRS: dict[str, frozenset[str]] = {
     "system": frozenset({"version", "name"}),
     "cpu": frozenset({"numaid", "affinity", "arch", "vendor", "familyid", "modelid", "host_hash"}),
@@ -82,7 +83,7 @@ def check_topo_xml(text: str, *, existing_bus_ids: Collection[str] | None = None
     return [str(i) for i in scan_topo_xml(text, existing_bus_ids=existing_bus_ids)]
 
 
-def _walk(els: list[Element]):
+def _walk(els: list[Element]) -> Iterator[Element]:
     for el in els:
         yield el
         yield from _walk(el.children)
@@ -126,7 +127,7 @@ def _check_element(el: Element, busids: set[str] | None, seen: dict[str, int], n
     return out
 
 
-def _system(el, err, warn, busids, seen, numaids) -> None:
+def _system(el: Element, err: _Say, warn: _Say, busids: set[str] | None, seen: dict[str, int], numaids: dict[str, int]) -> None:
     v = el.get("version")
     if v is None:
         err("needs version=\"1\" (NCCL: Attribute version of node system not found)")
@@ -134,7 +135,7 @@ def _system(el, err, warn, busids, seen, numaids) -> None:
         err(f'version="{v}": NCCL accepts only version 1 (ncclInvalidUsage)')
 
 
-def _cpu(el, err, warn, busids, seen, numaids) -> None:
+def _cpu(el: Element, err: _Say, warn: _Say, busids: set[str] | None, seen: dict[str, int], numaids: dict[str, int]) -> None:
     numaid = el.get("numaid")
     if numaid is None:
         err("needs numaid")
@@ -162,7 +163,7 @@ def _cpu(el, err, warn, busids, seen, numaids) -> None:
                     err(f"needs {k} for {vendor.strip()} (it sets the inter-socket bandwidth)")
 
 
-def _pci(el, err, warn, busids, seen, numaids) -> None:
+def _pci(el: Element, err: _Say, warn: _Say, busids: set[str] | None, seen: dict[str, int], numaids: dict[str, int]) -> None:
     busid = el.get("busid")
     if busid is None:
         err("needs busid")

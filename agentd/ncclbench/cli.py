@@ -31,7 +31,7 @@ from agentd.ncclbench.views import compare_text, outcome_json, outcome_text
 EXIT = {"ok": 0, "below_min": 1, "wrong_results": 2, "failed": 2, "timeout": 2, "refused": 3, "unavailable": 3}
 
 
-def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser("bench", help="measure collectives on this node's GPUs (opt-in, needs idle GPUs)")
     bsub = p.add_subparsers(dest="bench_command", required=True)
     n = bsub.add_parser("nccl", help="NCCL bus bandwidth per collective and size, judged against the fabric's expected values")

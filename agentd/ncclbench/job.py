@@ -36,7 +36,7 @@ from agentd.ncclbench.history import (
     load_history,
     previous_comparable,
 )
-from agentd.ncclbench.results import BenchRun
+from agentd.ncclbench.results import BenchRun, RunStatus
 from agentd.ncclbench.runners import (
     BenchRequest,
     choose_runner,
@@ -142,8 +142,8 @@ def _env(config: AgentConfig, opts: BenchOptions, notes: list[str]) -> tuple[dic
     return env, str(path), None
 
 
-def _refused(started: float, status: str, reason: str, opts: BenchOptions, env_file: str | None, now: Callable[[], float]) -> BenchRun:
-    return BenchRun(started_at=started, finished_at=now(), status=status, reason=reason, transport=opts.transport, ops=opts.ops, env_file=env_file)  # type: ignore[arg-type]
+def _refused(started: float, status: RunStatus, reason: str, opts: BenchOptions, env_file: str | None, now: Callable[[], float]) -> BenchRun:
+    return BenchRun(started_at=started, finished_at=now(), status=status, reason=reason, transport=opts.transport, ops=opts.ops, env_file=env_file)
 
 
 def run_bench_job(

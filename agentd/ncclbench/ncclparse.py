@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentd.ncclbench.nccltypes import Measure, ParsedOutput, ParseError, RankLine, Row, Section
 
@@ -98,7 +99,7 @@ class _Builder:
     ranks: list[RankLine] = field(default_factory=list)
     columns: tuple[str, ...] = ()
     error_column: str | None = None
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # Row's fields, less op
     avg: float | None = None
     oob: tuple[int, bool] | None = None
     concluded: bool = False

@@ -44,9 +44,7 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
         r = render_all(snap, list(j.findings), config, j.roles)
     except Exception as e:
         return replace(ev, nccl_problems=(f"renderer failed: {type(e).__name__}: {e}",))
-    env = r.env
-    items = tuple(env.items()) if hasattr(env, "items") else tuple(dict(env).items())
-    return replace(ev, render=r, nccl_env=tuple((str(k), str(v)) for k, v in items), nccl_problems=tuple(r.problems))
+    return replace(ev, render=r, nccl_env=r.env.items(), nccl_problems=tuple(r.problems))
 
 
 _CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "read_errors")
@@ -67,7 +65,7 @@ class Evaluator:
 
     fn: Callable[..., Evaluation] = evaluate
     hits: int = 0
-    _last: tuple[Any, ...] | None = None
+    _last: tuple[NodeSnapshot, Evaluation, AgentConfig, Any, float] | None = None  # snap, its evaluation, config, baseline, when
 
     def __call__(self, snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Any, *, refresh_s: float) -> Evaluation:
         now = time.monotonic()

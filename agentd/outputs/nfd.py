@@ -20,12 +20,12 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from agentd.base.atomic import WriteResult, atomic_write
 from agentd.config import AgentConfig
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, NodeSnapshot, overall_status
+from agentd.model import Finding, IbPort, NodeSnapshot, overall_status
 
 DEFAULT_PREFIX = "agentd.io/"
 # Kubernetes label value: at most 63 characters, alphanumerics at both ends, '-', '_'
@@ -57,7 +57,7 @@ def _format_number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _compute_ports(snapshot: NodeSnapshot, roles: HcaRoles | None):
+def _compute_ports(snapshot: NodeSnapshot, roles: HcaRoles | None) -> Iterator[IbPort]:
     for hca in snapshot.hcas:
         if roles is not None and not roles.is_compute(hca.name):
             continue

@@ -120,11 +120,11 @@ def counter_change(readings: Sequence[tuple[float, int | None]], max_value: int 
     points = [(t, v) for t, v in readings if v is not None]
     if len(points) < 2:
         return CounterChange("unknown")
-    if points[-1][1] < points[-2][1]:  # type: ignore[operator]
+    if points[-1][1] < points[-2][1]:
         return CounterChange("reset")
     base = 0
     for i in range(1, len(points)):
-        if points[i][1] < points[i - 1][1]:  # type: ignore[operator]
+        if points[i][1] < points[i - 1][1]:
             base = i  # count again from the first reading after a reset
     t0, v0 = points[base]
     t1, v1 = points[-1]
