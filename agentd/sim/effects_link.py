@@ -8,11 +8,12 @@ files left advanced after clearing) and ``on_clear``. See fault_kinds for the ta
 from __future__ import annotations
 
 import re
+from typing import Callable, Sequence
 
 from agentd.sim.net import format_mlnx_qos
 from agentd.sim.pci import PciNode, pci_device_paths
 from agentd.sim.pcicfg import GEN_SPEED, SPEED_GEN, set_acs_ctrl, set_link_status
-from agentd.sim.targets import Ctx, Target
+from agentd.sim.targets import Ctx, Restorable, Target
 from agentd.sim.tree import remove_path, write_attr
 
 DOWN_RATE = "40 Gb/sec (4X QDR)"  # what mlx5 reports on a port that is down (ibstat "Rate: 40")
@@ -50,7 +51,7 @@ def port_down_apply(ctx: Ctx, t: Target, v: str) -> None:
         ctx.ethtool_add(t.netdev, {"link_down_events_phy": 1})  # type: ignore[arg-type]
 
 
-def port_down_restores(ctx: Ctx, t: Target, v: object) -> list:
+def port_down_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     pd, nd = ctx.port_dir(t.hca), ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
     return [f"{pd}/state", f"{pd}/phys_state", f"{pd}/rate", f"{nd}/operstate", f"{nd}/carrier", f"{nd}/speed"]
 
@@ -100,7 +101,7 @@ def rate_degraded_apply(ctx: Ctx, t: Target, v: str) -> None:
         ctx.write(f"{nd}/speed", int(float(rate.split()[0]) * 1000))
 
 
-def rate_degraded_restores(ctx: Ctx, t: Target, v: object) -> list:
+def rate_degraded_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [f"{ctx.port_dir(t.hca)}/rate", f"{ctx.netdev_dir(t.netdev)}/speed"]  # type: ignore[arg-type]
 
 
@@ -124,7 +125,7 @@ def counter_reset_apply(ctx: Ctx, t: Target, v: object) -> None:
                 write_attr(f, 0)
 
 
-def counter_reset_restores(ctx: Ctx, t: Target, v: object) -> list:
+def counter_reset_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     pd = ctx.port_dir(t.hca)  # type: ignore[arg-type]
     return [f"{pd}/counters", f"{pd}/hw_counters"]
 
@@ -138,7 +139,7 @@ def counter_saturated_apply(ctx: Ctx, t: Target, v: object) -> None:
         ctx.write(f"{pd}/counters/{name}", value)
 
 
-def counter_saturated_restores(ctx: Ctx, t: Target, v: object) -> list:
+def counter_saturated_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [f"{ctx.port_dir(t.hca)}/counters/{name}" for name in SATURATED]  # type: ignore[arg-type]
 
 
@@ -154,7 +155,7 @@ def mtu_apply(ctx: Ctx, t: Target, mtu: int) -> None:
     ctx.write(_need(ctx, f"{ctx.netdev_dir(t.netdev)}/mtu"), mtu)  # type: ignore[arg-type]
 
 
-def mtu_restores(ctx: Ctx, t: Target, v: object) -> list:
+def mtu_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [f"{ctx.netdev_dir(t.netdev)}/mtu"]  # type: ignore[arg-type]
 
 
@@ -163,7 +164,7 @@ def ecn_apply(ctx: Ctx, t: Target, prio: int) -> None:
         ctx.write(_need(ctx, f), 0)
 
 
-def ecn_restores(ctx: Ctx, t: Target, prio: object) -> list:
+def ecn_restores(ctx: Ctx, t: Target, prio: object) -> list[str]:
     nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
     return [f"{nd}/ecn/roce_np/enable/{prio}", f"{nd}/ecn/roce_rp/enable/{prio}"]
 
@@ -172,7 +173,7 @@ def pfc_off_apply(ctx: Ctx, t: Target, v: object) -> None:
     write_attr(ctx.path(f".agentd-sim/dcb/{t.netdev}"), format_mlnx_qos(None), newline=False)
 
 
-def pfc_off_restores(ctx: Ctx, t: Target, v: object) -> list:
+def pfc_off_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [f".agentd-sim/dcb/{t.netdev}"]
 
 
@@ -200,7 +201,7 @@ def ethtool_failure_apply(ctx: Ctx, t: Target, v: str) -> None:
 # -- devices ------------------------------------------------------------------------
 
 
-def nic_paths(ctx: Ctx, t: Target, v: object) -> list:
+def nic_paths(ctx: Ctx, t: Target, v: object) -> list[str]:
     nd = t.netdev
     return pci_device_paths(ctx.layout[t.bdf]) + [  # type: ignore[index]
         f"sys/class/infiniband/{t.hca.name}",  # type: ignore[union-attr]
@@ -210,7 +211,7 @@ def nic_paths(ctx: Ctx, t: Target, v: object) -> list:
     ]
 
 
-def remove_paths_apply(paths_of):
+def remove_paths_apply(paths_of: Callable[[Ctx, Target, object], Sequence[Restorable]]) -> Callable[[Ctx, Target, object], None]:
     def apply(ctx: Ctx, t: Target, v: object) -> None:
         for rel in paths_of(ctx, t, v):
             if not isinstance(rel, str):
@@ -250,7 +251,7 @@ def pcie_downtrained_apply(ctx: Ctx, t: Target, v: str) -> None:
         cfg.write_bytes(set_link_status(cfg.read_bytes(), speed, width))
 
 
-def pcie_downtrained_restores(ctx: Ctx, t: Target, v: object) -> list:
+def pcie_downtrained_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [f"{n.rel}/{f}" for n in _link_ends(ctx, t.bdf) for f in ("current_link_speed", "current_link_width", "config")]  # type: ignore[arg-type]
 
 
@@ -266,5 +267,5 @@ def acs_apply(ctx: Ctx, t: Target, ctrl: int) -> None:
     cfg.write_bytes(set_acs_ctrl(cfg.read_bytes(), ctrl))
 
 
-def acs_restores(ctx: Ctx, t: Target, v: object) -> list:
+def acs_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [f"{_bridge_above(ctx, t).rel}/config"]

@@ -5,9 +5,11 @@ Same contract as effects_link: apply / restores / advancing per fault kind.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from agentd.sim.node import driver_version_text, modules_text
 from agentd.sim.pci import pci_device_paths
-from agentd.sim.targets import Ctx, NvmlField, Target
+from agentd.sim.targets import Ctx, NvmlField, Restorable, Target
 from agentd.sim.tree import remove_path
 
 PEERMEM = "sys/module/nvidia_peermem"
@@ -51,18 +53,18 @@ def no_gdr_apply(ctx: Ctx, t: Target, v: object) -> None:
     ctx.path(DRIVER_VERSION).write_text(driver_version_text(ctx.profile, False))
 
 
-def peermem_restores(ctx: Ctx, t: Target, v: object) -> list:
+def peermem_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [PEERMEM, MODULES]
 
 
-def gdr_restores(ctx: Ctx, t: Target, v: object) -> list:
+def gdr_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [PEERMEM, MODULES, DRIVER_VERSION, OSRELEASE]
 
 
 # -- NVML -------------------------------------------------------------------------------
 
 
-def _nvml_gpu(ctx: Ctx, data: dict, t: Target) -> dict:
+def _nvml_gpu(ctx: Ctx, data: dict[str, Any], t: Target) -> dict[str, Any]:
     g = ctx.nvml_gpu(data, t.bdf)  # type: ignore[arg-type]
     if g is None:
         raise ValueError(f"{t.name} ({t.bdf}) is not in nvml.json (gpu_removed applied?)")
@@ -90,7 +92,7 @@ def nvlink_down_apply(ctx: Ctx, t: Target, v: object) -> None:
     ctx.save_nvml(data)
 
 
-def nvlink_down_restores(ctx: Ctx, t: Target, v: object) -> list:
+def nvlink_down_restores(ctx: Ctx, t: Target, v: object) -> list[NvmlField]:
     return [NvmlField(t.bdf, ("nvlinks", _link(ctx, t, v, value_is_link=True), "state"))]
 
 
@@ -114,7 +116,7 @@ def gpu_lost_apply(ctx: Ctx, t: Target, v: object) -> None:
     ctx.save_nvml(data)
 
 
-def gpu_lost_restores(ctx: Ctx, t: Target, v: object) -> list:
+def gpu_lost_restores(ctx: Ctx, t: Target, v: object) -> list[NvmlField]:
     return [NvmlField(t.bdf, ("error",))]
 
 
@@ -131,7 +133,7 @@ def gpu_removed_apply(ctx: Ctx, t: Target, v: object) -> None:
     ctx.save_nvml(data)
 
 
-def gpu_removed_restores(ctx: Ctx, t: Target, v: object) -> list:
+def gpu_removed_restores(ctx: Ctx, t: Target, v: object) -> list[Restorable]:
     return pci_device_paths(ctx.layout[t.bdf]) + [NvmlField(t.bdf, ())]  # type: ignore[index]
 
 
@@ -147,7 +149,7 @@ def nvml_init_error_apply(ctx: Ctx, t: Target, text: str) -> None:
     ctx.save_nvml(data)
 
 
-def top_field(key: str):
+def top_field(key: str) -> Callable[[Ctx, Target, object], list[NvmlField]]:
     return lambda ctx, t, v: [NvmlField(None, (key,))]
 
 
@@ -163,7 +165,7 @@ def fabric_apply(ctx: Ctx, t: Target, state: str) -> None:
     ctx.save_nvml(data)
 
 
-def fabric_restores(ctx: Ctx, t: Target, v: object) -> list:
+def fabric_restores(ctx: Ctx, t: Target, v: object) -> list[NvmlField]:
     bdfs = [ctx.profile.gpu_bdfs[i] for i in t.gpus]
     return [NvmlField(b, (k,)) for b in bdfs for k in ("fabric_state", "fabric_status")]
 
@@ -186,5 +188,5 @@ def garbage_apply(ctx: Ctx, t: Target, v: object) -> None:
         p.write_bytes(GARBAGE)
 
 
-def files_restores(ctx: Ctx, t: Target, v: object) -> list:
+def files_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return list(t.files)

@@ -9,15 +9,16 @@ means a counter that clearing leaves where it is (see agentd.sim.faults).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from agentd.sim import effects_link as L
 from agentd.sim import effects_node as N
 from agentd.sim.pcicfg import ACS_KERNEL_ENABLE
-from agentd.sim.targets import Ctx, Target
+from agentd.sim.targets import Ctx, Restorable, Target
 
 Apply = Callable[[Ctx, Target, Any], None]
-Paths = Callable[[Ctx, Target, Any], list]
+Paths = Callable[[Ctx, Target, Any], Sequence[Restorable]]  # what clearing copies back
+Advancing = Callable[[Ctx, Target, Any], Sequence[str]]  # counters clearing leaves where they are
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Kind:
     value: Callable[[str], Any] | None = None  # parses VALUE (ValueError if bad); None: takes none
     default: Callable[[Ctx, Target], Any] | None = None
     value_help: str = ""
-    advancing: Paths | None = None
+    advancing: Advancing | None = None
     on_clear: Callable[[Ctx, Target], None] | None = None
     links: bool = False  # target may carry ":LINK"
     port_files: tuple[str, ...] = ()  # file kinds: files of a port target
@@ -82,7 +83,7 @@ def _const(v: Any) -> Callable[[Ctx, Target], Any]:
     return lambda ctx, t: v
 
 
-def _none(ctx: Ctx, t: Target, v: Any) -> list:
+def _none(ctx: Ctx, t: Target, v: Any) -> list[str]:
     return []
 
 

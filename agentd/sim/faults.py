@@ -106,18 +106,19 @@ def parse_fault(spec: str | Fault) -> Fault:
 # the root
 
 
-def _load_marker(root: Path) -> dict:
+def _load_marker(root: Path) -> dict[str, Any]:
     p = root / MARKER
     if not p.is_file():
         raise ValueError(f"{root} is not a simulator root (no {MARKER})")
-    return json.loads(p.read_text())
+    marker: dict[str, Any] = json.loads(p.read_text())
+    return marker
 
 
-def _save_marker(root: Path, data: dict) -> None:
+def _save_marker(root: Path, data: dict[str, Any]) -> None:
     (root / MARKER).write_text(json.dumps(data, indent=2) + "\n")
 
 
-def _ctx(root: str | Path) -> tuple[Ctx, dict]:
+def _ctx(root: str | Path) -> tuple[Ctx, dict[str, Any]]:
     r = Path(root).absolute()
     marker = _load_marker(r)
     profile = get_profile(marker["profile"])
@@ -165,7 +166,7 @@ def apply_fault(root: str | Path, spec: str | Fault) -> Fault:
     return Fault(fault.kind, None if kind.target == "none" else target.name, shown)
 
 
-def _matches(entry: dict, fault: Fault, target: Target) -> bool:
+def _matches(entry: dict[str, Any], fault: Fault, target: Target) -> bool:
     if entry["kind"] != fault.kind or entry["target"] != target.name:
         return False
     kind = KINDS[fault.kind]

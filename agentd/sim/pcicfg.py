@@ -146,7 +146,7 @@ def read_acs_ctrl(cfg: bytes) -> int | None:
     off = find_ext_cap(cfg, EXT_ACS)
     if off is None:
         return None
-    return struct.unpack_from("<H", cfg, off + 6)[0]
+    return int(struct.unpack_from("<H", cfg, off + 6)[0])
 
 
 def set_link_status(cfg: bytes, speed: str, width: int) -> bytes:

@@ -195,12 +195,12 @@ def _h100(name: str, description: str, ethernet: bool) -> Profile:
     hbs.append(HostBridge("0000:00", 0, (RootPort("0000:00:01.0", nvsw), RootPort("0000:00:1c.0", Endpoint(boot.bdf, "i350", "nic", "eno1")))))
     for i, (hb, numa) in enumerate(H100_HOST_BRIDGES):
         nic_bdf, gpu_bdf = f"0000:{hb + 3:02x}:00.0", f"0000:{hb + 4:02x}:00.0"
-        hca = f"mlx5_{i}"
-        nic = Endpoint(nic_bdf, "connectx-7", "hca", hca, 0x020000 if ethernet else None)
+        hca_name = f"mlx5_{i}"
+        nic = Endpoint(nic_bdf, "connectx-7", "hca", hca_name, 0x020000 if ethernet else None)
         hbs.append(_switch_pair(hb, numa, nic, Endpoint(gpu_bdf, "h100-sxm", "gpu")))
         hcas.append(
             HcaSpec(
-                name=hca,
+                name=hca_name,
                 bdf=nic_bdf,
                 netdev=f"ens{i + 1}np0" if ethernet else f"ib{i}",
                 link_layer="Ethernet" if ethernet else "InfiniBand",

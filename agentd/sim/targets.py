@@ -44,6 +44,10 @@ class NvmlField:
     path: tuple[Any, ...] = ()
 
 
+# What clearing a fault copies back from the pristine tree: a path under the root, or a field of nvml.json.
+Restorable = str | NvmlField
+
+
 @dataclass(frozen=True)
 class Target:
     name: str  # canonical form, recorded in profile.json
@@ -109,7 +113,8 @@ class Ctx:
 
     # -- nvml.json --------------------------------------------------------------
     def nvml(self) -> dict[str, Any]:
-        return json.loads(self.path(NVML).read_text())
+        data: dict[str, Any] = json.loads(self.path(NVML).read_text())
+        return data
 
     def save_nvml(self, data: dict[str, Any]) -> None:
         write_attr(self.path(NVML), json.dumps(data, indent=2))
@@ -160,8 +165,8 @@ def _first_compute(ctx: Ctx) -> HcaSpec:
 
 def _port(ctx: Ctx, t: str | None) -> Target:
     if t is None:
-        hca = _first_compute(ctx)
-        return Target(f"{hca.name}:1", hca=hca, netdev=hca.netdev)
+        first = _first_compute(ctx)
+        return Target(f"{first.name}:1", hca=first, netdev=first.netdev)
     name, _, port = t.partition(":")
     hca = _hca(ctx, name)
     if hca is None:
