@@ -50,6 +50,6 @@ class Lane:
         return fut, True
 
 
-async def await_future(fut: Future[T], timeout: float) -> T:
+async def await_future(fut: Future[T], timeout: float) -> T:  # noqa: ASYNC109 - the timeout bounds the wait only; the shielded worker runs on
     """Wait for a lane future from asyncio without cancelling the worker on timeout."""
     return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout)

@@ -38,9 +38,8 @@ def _unit(chain: Sequence[str], i: int, devices: Mapping[str, PciDevice]) -> str
 
     A downstream port joins its upstream port's switch; any other bridge (root port,
     upstream port, PCI or PCIe-to-PCI bridge) is a unit of its own."""
-    if i > 0 and _port_type(chain, i, devices) == "downstream":
-        if _port_type(chain, i - 1, devices) == "upstream":
-            return chain[i - 1]
+    if i > 0 and _port_type(chain, i, devices) == "downstream" and _port_type(chain, i - 1, devices) == "upstream":
+        return chain[i - 1]
     return chain[i]
 
 

@@ -132,7 +132,7 @@ class NcclXmlReader:
                 break
             self.skip_comment(name[3:] + c)
         self.tags_per_line[self.tag_line] = self.tags_per_line.get(self.tag_line, 0) + 1
-        if name.startswith("?") or name.startswith("!"):
+        if name.startswith(("?", "!")):
             raise ReaderError(self.tag_line, f"<{name} ...> declaration: NCCL fails with \"expected >, got '?'\"; write no prolog")
         if name == "" and c == "/":
             name, _, c = self.token(False)

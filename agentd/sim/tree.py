@@ -37,10 +37,10 @@ __all__ = [
 
 def _write(path: Path, data: bytes) -> None:
     try:
-        f = open(path, "wb")
+        f = open(path, "wb")  # noqa: SIM115 - closed by the `with f:` below, once either open has succeeded
     except FileNotFoundError:  # create the parents only when needed: one syscall less per file
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "wb")
+        f = open(path, "wb")  # noqa: SIM115 - as above
     with f:
         f.write(data)
 
