@@ -28,7 +28,7 @@ demo: $(STAMP)
 		$(BIN)/agentd run --simulate $(PROFILE); \
 	fi
 
-# ruff on everything; mypy strict on the core layers (pyproject.toml [tool.mypy]).
+# ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check agentd tests bench
 	$(BIN)/mypy
