@@ -97,7 +97,8 @@ def parse_state(text: str | None) -> tuple[int | None, str | None]:
 # GIDs
 
 
-def _gid_int(gid: str | None) -> int | None:
+def gid_int(gid: str | None) -> int | None:
+    """A GID as a 128-bit integer; None when it is not one."""
     if not gid:
         return None
     try:
@@ -108,9 +109,9 @@ def _gid_int(gid: str | None) -> int | None:
 
 def is_gid(text: str | None) -> bool:
     """A 128-bit GID in any IPv6 spelling (sysfs prints 8 groups of 4 hex digits)."""
-    return _gid_int(text) is not None
+    return gid_int(text) is not None
 
 
 def is_zero(gid: str | None) -> bool:
     """All-zero GID: an empty table slot (the kernel prints zeros for it)."""
-    return _gid_int(gid) == 0
+    return gid_int(gid) == 0

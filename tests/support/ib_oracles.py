@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from agentd.host.fs import parse_decimal
-from agentd.host.ibparse import parse_rate, parse_state
+from agentd.host.ibparse import gid_int, parse_rate, parse_state
 
 # ---------------------------------------------------------------------------
 # ibstat / ibstatus
@@ -163,30 +163,21 @@ def parse_ibstatus(text: str) -> list[dict[str, Any]]:
 # GIDs (nccl-spec.md section 4)
 
 
-def _gid_int(gid: str | None) -> int | None:
-    if not gid:
-        return None
-    try:
-        return int(ipaddress.IPv6Address(gid.strip()))
-    except ValueError:
-        return None
-
-
 def is_ipv4_mapped(gid: str | None) -> bool:
     """``::ffff:a.b.c.d`` (first 80 bits zero, then 0xffff)."""
-    v = _gid_int(gid)
+    v = gid_int(gid)
     return v is not None and (v >> 32) == 0xFFFF
 
 
 def is_link_local(gid: str | None) -> bool:
     """fe80::/64, as NCCL's linkLocalGid tests it (first 64 bits fe80:0000:0000:0000)."""
-    v = _gid_int(gid)
+    v = gid_int(gid)
     return v is not None and (v >> 64) == 0xFE80 << 48
 
 
 def ipv4_of(gid: str | None) -> str | None:
     """``0000:...:ffff:0a00:0105`` -> ``"10.0.1.5"``; None if not IPv4-mapped."""
-    v = _gid_int(gid)
+    v = gid_int(gid)
     if v is None or (v >> 32) != 0xFFFF:
         return None
     return str(ipaddress.IPv4Address(v & 0xFFFFFFFF))
@@ -235,7 +226,7 @@ def roce_v2_gid_index(
     """
     table: dict[int, tuple[int, int | None]] = {}
     for g in gids:
-        v = _gid_int(g.gid)
+        v = gid_int(g.gid)
         if v is not None:
             table[g.index] = (v, _roce_version(g.type))
     if not table:
