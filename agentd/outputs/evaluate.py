@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from agentd.config import AgentConfig
+from agentd.judging.baseline import Baseline
 from agentd.judging.expected import Expected, expected_values
 from agentd.judging.judge import judge
 from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot
-from agentd.nccl import render_all
+from agentd.nccl import NcclRender, render_all
 
 
 @dataclass(frozen=True)
@@ -22,13 +23,13 @@ class Evaluation:
     status: str
     roles: HcaRoles
     expected: Expected
-    render: Any = None  # agentd.nccl.NcclRender when nccl.enabled
+    render: NcclRender | None = None  # when nccl.enabled
     nccl_env: tuple[tuple[str, str], ...] = ()
     nccl_problems: tuple[str, ...] = ()
-    new_baseline: Any = None  # agentd.judging.baseline.Baseline
+    new_baseline: Baseline | None = None
 
 
-def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Any) -> Evaluation:
+def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None) -> Evaluation:
     """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does) and render NCCL files."""
     j = judge(snap, history, config, baseline)
     ev = Evaluation(
@@ -65,9 +66,9 @@ class Evaluator:
 
     fn: Callable[..., Evaluation] = evaluate
     hits: int = 0
-    _last: tuple[NodeSnapshot, Evaluation, AgentConfig, Any, float] | None = None  # snap, its evaluation, config, baseline, when
+    _last: tuple[NodeSnapshot, Evaluation, AgentConfig, Baseline | None, float] | None = None  # snap, its evaluation, config, baseline, when
 
-    def __call__(self, snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Any, *, refresh_s: float) -> Evaluation:
+    def __call__(self, snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> Evaluation:
         now = time.monotonic()
         last = self._last
         if last is not None:

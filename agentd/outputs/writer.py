@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from agentd.config import AgentConfig
+from agentd.judging.baseline import Baseline
 from agentd.model import NodeSnapshot
 from agentd.outputs.baseline_store import save_baseline
 from agentd.outputs.evaluate import Evaluation
@@ -112,7 +112,7 @@ class Writer:
         extra = (self.nfd.status,) if self.nfd.status is not None else ()
         return self.files.statuses() + extra
 
-    def write(self, ev: Evaluation, config: AgentConfig, snap: NodeSnapshot, status: str, baseline: Any) -> tuple[tuple[FileStatus, ...], str | None]:
+    def write(self, ev: Evaluation, config: AgentConfig, snap: NodeSnapshot, status: str, baseline: Baseline | None) -> tuple[tuple[FileStatus, ...], str | None]:
         """(file statuses, error saving ``baseline`` or None). ``baseline``: a new baseline
         to persist, or None."""
         self.files.write(ev, config)
