@@ -2,6 +2,9 @@
 
 Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
 (warnings only), 2 critical, 3 agentd itself could not run (reason on stderr).
+
+Each command imports what it needs inside its function: `agentd check`, run by Slurm
+within its HealthCheckInterval, then never loads aiohttp, the daemon or the benchmark.
 """
 
 from __future__ import annotations
