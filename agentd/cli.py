@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear-fault", action="append", default=[], metavar="SPEC", help="undo a fault in an existing root given by --out")
     p.add_argument("--list", action="store_true", help="list profiles and fault kinds")
 
-    from agentd.ncclbench.cli import add_bench_parser
+    from agentd.ncclbench.command import add_bench_parser
 
     add_bench_parser(sub)
 
@@ -253,7 +253,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentd.ncclbench.cli import cmd_bench as bench
+    from agentd.ncclbench.command import cmd_bench as bench
 
     return bench(args)
 

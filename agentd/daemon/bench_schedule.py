@@ -19,9 +19,9 @@ from agentd.config import AgentConfig
 from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
 from agentd.model import Finding
-from agentd.ncclbench.history import history_path, load_history
 from agentd.ncclbench.job import BenchOptions, BenchOutcome, next_due, run_bench_job
 from agentd.ncclbench.results import BenchRun
+from agentd.ncclbench.run_history import history_path, load_history
 
 
 class BenchHost(Protocol):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentd.metrics import agent, fabric, node
 from agentd.metrics.registry import Registry
-from agentd.ncclbench import metrics as bench
+from agentd.ncclbench import bench_metrics as bench
 
 REGISTRY = Registry((agent.AREA, fabric.AREA, node.AREA, bench.AREA))
 

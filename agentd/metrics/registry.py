@@ -1,6 +1,6 @@
 """The metrics registry: explicit records of the areas that make up ``/metrics``.
 
-Each area (``agentd/metrics/{agent,fabric,node}.py``, ``agentd/ncclbench/metrics.py``)
+Each area (``agentd/metrics/{agent,fabric,node}.py``, ``agentd/ncclbench/bench_metrics.py``)
 declares its families once (which is also where ``docs/metrics.md`` comes from) and
 renders its samples from a ``MetricsSource`` (the daemon's State). The daemon composes
 the registry (``agentd.daemon.exposition``); this layer never imports the State.
@@ -78,7 +78,7 @@ class Registry:
         lines = [
             "# agentd metrics reference",
             "",
-            "Generated from the family declarations in the metrics areas (`agentd/metrics/`, `agentd/ncclbench/metrics.py`)",
+            "Generated from the family declarations in the metrics areas (`agentd/metrics/`, `agentd/ncclbench/bench_metrics.py`)",
             "(`python -m agentd.daemon.exposition > docs/metrics.md`); a test fails when they differ.",
             "",
             "Conventions: prefix `agentd_`, base units (bytes, seconds, transfers/s), `_total` for",

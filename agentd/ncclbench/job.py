@@ -27,7 +27,8 @@ from agentd.ncclbench.expect import (
     expectations,
 )
 from agentd.ncclbench.findings import judge_run, status_after_judging
-from agentd.ncclbench.history import (
+from agentd.ncclbench.results import BenchRun, RunStatus
+from agentd.ncclbench.run_history import (
     DEFAULT_KEEP,
     Delta,
     append_run,
@@ -36,7 +37,6 @@ from agentd.ncclbench.history import (
     load_history,
     previous_comparable,
 )
-from agentd.ncclbench.results import BenchRun, RunStatus
 from agentd.ncclbench.runners import (
     BenchRequest,
     choose_runner,

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from agentd.ncclbench.history import append_run, compare, history_path, load_history, previous_comparable
 from agentd.ncclbench.results import BenchRun, OpResult
+from agentd.ncclbench.run_history import append_run, compare, history_path, load_history, previous_comparable
 
 MiB = 1 << 20
 

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentd.ncclbench.bench_metrics import env_fingerprint, exposition_text
 from agentd.ncclbench.expect import Expectation
-from agentd.ncclbench.metrics import env_fingerprint, exposition_text
 from agentd.ncclbench.results import BenchRun, OpResult
 
 MiB = 1 << 20

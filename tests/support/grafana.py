@@ -9,7 +9,7 @@
   expression as a recording rule and running ``promtool check rules`` (Prometheus 2.42's
   promtool has no offline query-syntax command);
 - ``known_metrics()``: the metric families agentd declares (docs/metrics.md, generated
-  from agentd/service/metrics_*.py, plus agentd/ncclbench/metrics.py) and Prometheus' ``up``.
+  from agentd/service/metrics_*.py, plus agentd/ncclbench/bench_metrics.py) and Prometheus' ``up``.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ _METRIC_TABLE_ROW = re.compile(r"^\| `(agentd_\w+)` \|", re.M)
 def known_metrics() -> set[str]:
     names = set(_METRIC_TABLE_ROW.findall((REPO / "docs" / "metrics.md").read_text()))
     try:
-        from agentd.ncclbench.metrics import FAMILIES  # the benchmark families (served once wired)
+        from agentd.ncclbench.bench_metrics import FAMILIES  # the benchmark families (served once wired)
 
         names |= {f.name for f in FAMILIES}
     except ImportError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from agentd.ncclbench.findings import size_label
-from agentd.ncclbench.history import Delta
+from agentd.ncclbench.run_history import Delta
 
 _COLUMNS = ["op", "size", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "expected", "min", ""]
 

@@ -23,10 +23,10 @@ from agentd.config import ConfigError, load_config
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 from agentd.ncclbench.formulas import OPS
-from agentd.ncclbench.history import compare, history_path, load_history
 from agentd.ncclbench.job import BenchOptions, run_bench_job
+from agentd.ncclbench.report import compare_text, outcome_json, outcome_text
+from agentd.ncclbench.run_history import compare, history_path, load_history
 from agentd.ncclbench.runners import parse_sizes, validate_ops
-from agentd.ncclbench.views import compare_text, outcome_json, outcome_text
 
 EXIT = {"ok": 0, "below_min": 1, "wrong_results": 2, "failed": 2, "timeout": 2, "refused": 3, "unavailable": 3}
 
