@@ -155,3 +155,17 @@ VENDOR_MELLANOX = 0x15B3
 def pci_class(class_code: int) -> int:
     """0x030200 -> 0x0302 (base class and subclass, without the programming interface)."""
     return class_code >> 8
+
+
+# Device names (RDMA devices, netdevs) as they may be written into NCCL lists, metric
+# labels and file names unchanged: ASCII letters, digits and ``_ . + -``, starting with a
+# letter or digit; IB_DEVICE_NAME_MAX (64, with the NUL) bounds RDMA names, IFNAMSIZ (16)
+# netdev names. The kernel refuses only ``/`` (and, for netdevs, ``:`` and whitespace), so
+# a name can carry NCCL list syntax (``mlx5_8:1,mlx5_9``), ``^``/``=`` prefixes or bytes
+# that are not UTF-8: such a name is not plain.
+_PLAIN_DEVICE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,62}")
+
+
+def plain_device_name(name: str) -> bool:
+    """True when ``name`` is a device name every consumer reads as exactly one device."""
+    return _PLAIN_DEVICE_NAME_RE.fullmatch(name) is not None

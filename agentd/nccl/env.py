@@ -3,7 +3,9 @@
 Policy (docs/nccl.md has the reasoning):
 - ``NCCL_IB_HCA`` = ``=`` + exactly the healthy compute ports: compute role, state
   ACTIVE, link layer InfiniBand or Ethernet, and no *critical* finding on the port, its
-  HCA, the HCA's PCI function or the port's netdev. Warnings do not remove a port. With
+  HCA, the HCA's PCI function or the port's netdev, and a plain device name
+  (``agentd.base.ids.plain_device_name``: never NCCL list syntax such as
+  ``mlx5_8:1,mlx5_9``, which would steer NCCL onto other devices). Warnings do not remove a port. With
   no healthy port the variable is left out (an empty or made-up list would make NCCL fall
   back to TCP sockets silently; the critical findings drain the node instead).
 - ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_TC``, ``NCCL_IB_SL``, ``NCCL_CROSS_NIC``,
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import agentd
+from agentd.base.ids import plain_device_name
 from agentd.base.ncclvars import VALUE_CHARS, advise_var, validate_var
 from agentd.config import AgentConfig
 from agentd.judging.roles import HcaRoles, hca_roles
@@ -54,9 +57,15 @@ def port_verdicts(snapshot: NodeSnapshot, findings: Sequence[Finding], roles: Hc
     critical = [f for f in findings if f.severity == "critical"]
     healthy: list[str] = []
     left_out: list[str] = []
+    odd_names = 0
     for name in roles.compute:
         hca = snapshot.hca(name)
         if hca is None:
+            continue
+        if not plain_device_name(name):
+            # NCCL list syntax in a name (mlx5_8:1,mlx5_9) would select other devices;
+            # the name itself is never written into an NCCL file, not even a comment.
+            odd_names += 1
             continue
         for port in sorted(hca.ports, key=lambda p: p.port):
             label = f"{name}:{port.port}"
@@ -70,6 +79,8 @@ def port_verdicts(snapshot: NodeSnapshot, findings: Sequence[Finding], roles: Hc
                 left_out.append(f"{label} critical {code}")
             else:
                 healthy.append(label)
+    if odd_names:
+        left_out.append(f"{odd_names} RDMA device{'s' if odd_names > 1 else ''} whose name is not a plain device name")
     return healthy, left_out
 
 
