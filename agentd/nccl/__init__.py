@@ -5,9 +5,12 @@ It renders the topology XML first, checks it with NCCL's parser rules, and only 
 ``NCCL_TOPO_FILE`` at it when it passed; then derives and validates the environment and
 renders both env forms, re-reading the KEY=VALUE form with each consumer's parser.
 
-Contract for the caller:
-- ``problems`` non-empty: write nothing (keep the previous files) and report them; they
-  come from config (an override NCCL would misread) or from an internal inconsistency.
+Contract for the caller: each file stands on its own.
+- ``file_problems`` names a file: do not write that file (keep the previous one) and report
+  why; a value that fails validation (an override NCCL would misread, an internal
+  inconsistency) costs the files that carry it, ``nccl.env`` and ``nccl.conf``, never
+  ``topo.xml``; a value only the KEY=VALUE form cannot carry costs ``nccl.conf`` alone.
+  ``problems`` is all of them, for findings and ``agentd render``.
 - ``topo_xml`` None: do not write the XML (``notes``/``topo_problems`` say why; the env
   then has no NCCL_TOPO_FILE, and NCCL detects the topology itself). ``topo_problems``
   non-empty means agentd produced an XML that failed its own check: report it (a
@@ -29,10 +32,15 @@ from agentd.nccl.envmodel import EnvVar, NcclEnv
 from agentd.nccl.topo import build_topo, render_topo_xml
 from agentd.nccl.xmlcheck import check_topo_xml
 
+ENV_FILE, CONF_FILE, TOPO_FILE = "nccl.env", "nccl.conf", "topo.xml"
+
 __all__ = [
+    "CONF_FILE",
+    "ENV_FILE",
     "EnvVar",
     "NcclEnv",
     "NcclRender",
+    "TOPO_FILE",
     "check_topo_xml",
     "derive_env",
     "render_all",
@@ -48,9 +56,11 @@ class NcclRender:
     env_sh: str
     env_conf: str
     topo_xml: str | None
-    problems: tuple[str, ...]  # blocking: write nothing
+    problems: tuple[str, ...]  # every blocking problem, whichever file it costs
     notes: tuple[str, ...] = ()  # non-blocking: advice, why the XML was not rendered
     topo_problems: tuple[str, ...] = ()  # the rendered XML failed the NCCL-rule check
+    # file label (ENV_FILE, CONF_FILE, TOPO_FILE) -> the problems that keep it unwritten
+    file_problems: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -86,7 +96,8 @@ def render_all(
                 topo_xml = topo.xml
     target = host_visible_path(config.paths.nccl_topo, config.host_root) if topo_path is ... else topo_path
     env = derive_env(snapshot, findings, config, topo_path=target if topo_xml is not None else None, roles=roles)
-    problems = list(env.problems)
+    env_problems = list(env.problems)  # the values both env forms carry
+    conf_problems: list[str] = []  # what only the KEY=VALUE form cannot carry
     notes += env.notes
     when = snapshot.taken_at if generated_at is None else generated_at
     host = snapshot.system.hostname
@@ -94,7 +105,7 @@ def render_all(
     try:
         env_conf = render_env_conf(env, generated_at=when, hostname=host)
     except ValueError as e:
-        problems.append(str(e))
+        conf_problems.append(str(e))
         env_conf = ""
     else:
         expected = env.as_dict()
@@ -106,13 +117,18 @@ def render_all(
         )
         for reader, got in readers:
             if got != expected:
-                problems.append(f"{reader} would read the KEY=VALUE form differently: {got} instead of {expected}")
+                conf_problems.append(f"{reader} would read the KEY=VALUE form differently: {got} instead of {expected}")
     return NcclRender(
         env=env,
         env_sh=env_sh,
         env_conf=env_conf,
         topo_xml=topo_xml,
-        problems=tuple(problems),
+        problems=tuple(env_problems + conf_problems),
         notes=tuple(notes),
         topo_problems=topo_problems,
+        file_problems=tuple(
+            (file, tuple(blocked))
+            for file, blocked in ((ENV_FILE, env_problems), (CONF_FILE, env_problems + conf_problems))
+            if blocked
+        ),
     )

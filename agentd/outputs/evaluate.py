@@ -25,8 +25,17 @@ class Evaluation:
     expected: Expected
     render: NcclRender | None = None  # when nccl.enabled
     nccl_env: tuple[tuple[str, str], ...] = ()
-    nccl_problems: tuple[str, ...] = ()
+    nccl_problems: tuple[str, ...] = ()  # every problem, for findings and metrics
+    # Which problems keep which file unwritten (NcclRender.file_problems); None: the
+    # renderer gave nothing to go by, so ``nccl_problems`` hold every file back.
+    nccl_file_problems: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     new_baseline: Baseline | None = None
+
+    def blocked(self, file: str) -> tuple[str, ...]:
+        """Why the NCCL file labelled ``file`` must not be written now (empty: write it)."""
+        if self.nccl_file_problems is None:
+            return self.nccl_problems
+        return dict(self.nccl_file_problems).get(file, ())
 
 
 def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None) -> Evaluation:
@@ -45,7 +54,7 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
         r = render_all(snap, list(j.findings), config, j.roles)
     except Exception as e:
         return replace(ev, nccl_problems=(f"renderer failed: {type(e).__name__}: {e}",))
-    return replace(ev, render=r, nccl_env=r.env.items(), nccl_problems=tuple(r.problems))
+    return replace(ev, render=r, nccl_env=r.env.items(), nccl_problems=tuple(r.problems), nccl_file_problems=r.file_problems)
 
 
 _CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "read_errors")

@@ -12,6 +12,7 @@ from pathlib import Path
 from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.model import NodeSnapshot
+from agentd.nccl import CONF_FILE, ENV_FILE, TOPO_FILE
 from agentd.outputs.baseline_store import save_baseline
 from agentd.outputs.evaluate import Evaluation
 from agentd.outputs.managed import ManagedFiles, ManagedStatus, write_managed
@@ -24,11 +25,11 @@ def planned_files(ev: Evaluation, config: AgentConfig) -> list[tuple[str, Path, 
     if not config.nccl.enabled:
         return []
     r = ev.render
-    out: list[tuple[str, Path, str | None]] = [("nccl.env", config.paths.nccl_env, getattr(r, "env_sh", None))]
+    out: list[tuple[str, Path, str | None]] = [(ENV_FILE, config.paths.nccl_env, getattr(r, "env_sh", None))]
     if config.nccl.write_conf:
-        out.append(("nccl.conf", config.paths.nccl_conf, getattr(r, "env_conf", None)))
+        out.append((CONF_FILE, config.paths.nccl_conf, getattr(r, "env_conf", None)))
     if config.nccl.write_topo:
-        out.append(("topo.xml", config.paths.nccl_topo, getattr(r, "topo_xml", None)))
+        out.append((TOPO_FILE, config.paths.nccl_topo, getattr(r, "topo_xml", None)))
     return out
 
 
@@ -48,11 +49,13 @@ class FileKeeper:
         self.managed.restore_drift = config.nccl.restore_drift
         out = []
         for name, path, content in planned_files(ev, config):
-            if ev.nccl_problems:
-                # Renderer says write nothing: the previous file stays, but it no longer
-                # follows the node, so the file is reported as not ok (not a write failure).
+            blocked = ev.blocked(name)
+            if blocked:
+                # A value this file carries failed validation: the previous file stays, but
+                # it no longer follows the node, so it is reported as not ok (not a write
+                # failure). The other files are written on their own.
                 st = _status(self.managed.file(path, name=name).status())
-                out.append(replace(st, ok=False, changed=False, error="not written: " + "; ".join(ev.nccl_problems)))
+                out.append(replace(st, ok=False, changed=False, error="not written: " + "; ".join(blocked)))
                 continue
             if content is None:
                 continue  # e.g. no topology XML for this node: NCCL detects the topology itself
