@@ -178,6 +178,9 @@ def _validated_nccl_vars(v: dict[str, str]) -> dict[str, str]:
 class WebSettings(Section):
     config_file: Path | None = Field(None, description="exporter-toolkit web config (tls_server_config, basic_auth_users), as node_exporter --web.config.file.")
     max_request_bytes: int = Field(8192, ge=1024, le=1 << 20, description="Largest request (line + headers) accepted.")
+    header_timeout_s: float = Field(10.0, gt=0, le=300, description="A connection whose request headers are not complete this long after it opened (or after the request's first byte), or whose TLS handshake takes longer, is closed.")
+    write_timeout_s: float = Field(30.0, gt=0, le=600, description="A response that makes no progress (the client does not read) for this long is aborted.")
+    idle_timeout_s: float = Field(75.0, gt=0, le=3600, description="A keep-alive connection without a new request for this long is closed.")
 
 
 class BenchSettings(Section):

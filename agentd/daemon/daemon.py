@@ -23,7 +23,7 @@ from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.events import UdevWatcher
 from agentd.daemon.health import status_line
-from agentd.daemon.http import build_app, start_server, web_options
+from agentd.daemon.http import HttpServer, ServerLimits, build_app, web_options
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
 from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
@@ -95,6 +95,7 @@ class Daemon:
         self._event_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.addresses: list[tuple[str, int]] = []
+        self.server: HttpServer | None = None
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -288,7 +289,8 @@ class Daemon:
         cfg = self.config
         try:
             middlewares, ssl_context = web_options(cfg)
-            runner, self.addresses = await start_server(build_app(self, middlewares=middlewares), cfg.listen, cfg.web.max_request_bytes, ssl_context=ssl_context)
+            server = self.server = await HttpServer.start(build_app(self, middlewares=middlewares), cfg.listen, ServerLimits.from_config(cfg), ssl_context=ssl_context)
+            self.addresses = server.addresses
         except (OSError, ConfigError) as e:
             self.log.error("http.start_failed", listen=cfg.listen, error=str(e) if isinstance(e, ConfigError) else (e.strerror or str(e)))
             return 1
@@ -317,7 +319,8 @@ class Daemon:
             for t in tasks:
                 t.cancel()
             await asyncio.wait(tasks, timeout=1.0)
-            await runner.cleanup()
+            await server.close()
+            self.server = None
             self.notifier.close()
             self.log.info("agentd.stopped")
         return 0

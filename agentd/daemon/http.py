@@ -11,7 +11,10 @@ a body 413; request line and header fields are capped at ``web.max_request_bytes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 import resource
+import socket
 import time
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
@@ -61,7 +64,7 @@ LANDING = """<!doctype html><html><head><meta charset="utf-8"><title>agentd</tit
 """
 
 
-def build_app(source: StateSource, *, clock: Callable[[], float] = time.time, middlewares: Sequence[Any] = ()) -> web.Application:
+def build_app(source: StateSource, *, clock: Callable[[], float] = time.monotonic, middlewares: Sequence[Any] = ()) -> web.Application:
     """The app; ``middlewares`` (TLS client SAN, basic auth, headers, rate limit from the
     web config file) run before everything else."""
 
@@ -134,20 +137,45 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class ConnectionLimiter:
-    """Keeps open connections below the process's fd limit.
+@dataclasses.dataclass(frozen=True)
+class ServerLimits:
+    """Request size, timeouts and connection cap of the HTTP server (``[web]`` settings)."""
 
-    aiohttp has no cap on connections and no timeout for one that never sends a request,
-    so enough idle peers (agentd may listen beyond loopback for Prometheus) would use up
-    the fd limit: /health would stop answering and sysfs reads and NCCL writes would fail
-    with EMFILE. At the cap, a new connection evicts the oldest one that has not sent a
-    byte; if every connection is busy, the new one is closed.
+    max_request_bytes: int = 8192
+    header_timeout_s: float = 10.0  # connect (or first byte of a request) -> end of its headers
+    write_timeout_s: float = 30.0  # a response that makes no progress for this long is aborted
+    idle_timeout_s: float = 75.0  # keep-alive connection without a request
+    max_connections: int | None = None  # None: from the fd limit (ConnectionLimiter.default_cap)
+
+    @classmethod
+    def from_config(cls, config: AgentConfig) -> ServerLimits:
+        w = config.web
+        return cls(w.max_request_bytes, w.header_timeout_s, w.write_timeout_s, w.idle_timeout_s)
+
+
+class ConnectionLimiter:
+    """Keeps open connections below the process's fd limit and times out stalled ones.
+
+    aiohttp has no cap on connections, no timeout for reading request headers and none for
+    writing a response, so peers that connect and stay silent, drip header bytes, or ask
+    for /metrics and never read would hold their fds for ever and, once at the fd limit,
+    stop /health and make sysfs reads and NCCL writes fail with EMFILE. Here:
+
+    - a connection whose request headers are not complete ``header_timeout_s`` after it
+      opened (or after the first byte of its next request) is aborted;
+    - a connection whose pending response makes no progress for ``write_timeout_s`` is
+      aborted (also after aiohttp closed it with data still queued);
+    - at the cap a new connection is always admitted: it evicts the connection that has
+      owed progress the longest (unfinished headers or a stalled write, oldest first), or
+      else the one idle the longest, so /health always gets in.
     """
 
-    def __init__(self, cap: int):
+    def __init__(self, cap: int, *, header_timeout_s: float = 10.0, write_timeout_s: float = 30.0):
         self.cap = cap
-        self.conns: dict[Any, list[Any]] = {}  # protocol -> [transport, has sent data]; oldest first
-        self.evicted = 0
+        self.header_timeout_s, self.write_timeout_s = header_timeout_s, write_timeout_s
+        self.conns: dict[_Tracked, None] = {}  # oldest first
+        self.evicted = self.timed_out = 0
+        self._sweeper: asyncio.TimerHandle | None = None
 
     @staticmethod
     def default_cap() -> int:
@@ -156,16 +184,40 @@ class ConnectionLimiter:
             return 4096
         return max(32, min(4096, soft - 200))  # leave room for probes, files, threads
 
-    def _admit(self, proto: Any, transport: Any) -> bool:
-        if len(self.conns) >= self.cap:
-            idle = next((p for p, (_, sent) in self.conns.items() if not sent), None)
-            if idle is None:
-                transport.close()
-                return False
-            self.conns.pop(idle)[0].close()
+    def configure(self, limits: ServerLimits) -> None:
+        self.header_timeout_s, self.write_timeout_s = limits.header_timeout_s, limits.write_timeout_s
+        if limits.max_connections is not None:
+            self.cap = limits.max_connections
+
+    def _admit(self, conn: _Tracked) -> bool:
+        while len(self.conns) >= max(1, self.cap):
+            victim = min(self.conns, key=lambda c: c.eviction_key(conn.opened))
+            self.conns.pop(victim)
+            victim.transport.abort()
             self.evicted += 1
-        self.conns[proto] = [transport, False]
+        self.conns[conn] = None
+        self._arm()
         return True
+
+    def _arm(self) -> None:
+        if self._sweeper is None and self.conns:
+            tick = max(0.05, min(self.header_timeout_s, self.write_timeout_s) / 4)
+            self._sweeper = asyncio.get_running_loop().call_later(tick, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = asyncio.get_running_loop().time()
+        for conn in list(self.conns):
+            if conn.expired(now, self.header_timeout_s, self.write_timeout_s):
+                self.conns.pop(conn, None)
+                conn.transport.abort()
+                self.timed_out += 1
+        self._arm()
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
 
     def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: _Tracked(factory(), self)
@@ -173,13 +225,43 @@ class ConnectionLimiter:
 
 class _Tracked(asyncio.Protocol):
     """Forwards to aiohttp's protocol (which has __slots__, so it cannot be patched) and
-    tells the limiter when a connection opens, first sends data, and closes."""
+    keeps what the limiter needs: when the current request's headers started and whether
+    they ended (a blank line), and whether queued response bytes still drain."""
 
     def __init__(self, inner: asyncio.Protocol, limiter: ConnectionLimiter):
         self.inner, self.limiter, self.admitted = inner, limiter, False
+        self.transport: Any = None
+        self.opened = self.progress = 0.0
+        self.partial_since: float | None = None  # headers of a request not complete yet
+        self.tail = b""  # last bytes received, to find a blank line split across reads
+        self.stall_since: float | None = None
+        self.queued = 0
+
+    def eviction_key(self, now: float) -> tuple[int, float]:
+        """Smaller is evicted first: owing progress (headers or a stalled write) before
+        idle, then the oldest."""
+        if self.partial_since is not None:
+            return 0, self.partial_since
+        if self.stall_since is not None or self.transport.get_write_buffer_size():
+            return 0, self.stall_since if self.stall_since is not None else now
+        return 1, self.progress
+
+    def expired(self, now: float, header_timeout_s: float, write_timeout_s: float) -> bool:
+        if self.partial_since is not None and now - self.partial_since >= header_timeout_s:
+            return True
+        queued = self.transport.get_write_buffer_size()
+        if not queued:
+            self.stall_since = None
+        elif self.stall_since is None or queued < self.queued:
+            self.stall_since = now  # bytes drained since the last look: progress
+        self.queued = queued
+        return self.stall_since is not None and now - self.stall_since >= write_timeout_s
 
     def connection_made(self, transport: Any) -> None:
-        self.admitted = self.limiter._admit(self, transport)
+        self.transport = transport
+        self.opened = self.progress = asyncio.get_running_loop().time()
+        self.partial_since = self.opened  # the header timeout counts from the connect
+        self.admitted = self.limiter._admit(self)
         if self.admitted:
             self.inner.connection_made(transport)
 
@@ -189,9 +271,16 @@ class _Tracked(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        entry = self.limiter.conns.get(self)
-        if entry is not None:
-            entry[1] = True
+        now = asyncio.get_running_loop().time()
+        seen = self.tail + data
+        end = max(seen.rfind(b"\n\n"), seen.rfind(b"\n\r\n"))
+        if end >= 0:  # a request's headers are complete
+            rest = seen[end:].lstrip(b"\r\n")
+            self.progress = now
+            self.partial_since = now if rest else None
+        elif self.partial_since is None:
+            self.partial_since = now  # first byte of the next request
+        self.tail = seen[-3:]
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -201,48 +290,127 @@ class _Tracked(asyncio.Protocol):
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self.stall_since = None
+        self.progress = asyncio.get_running_loop().time()
         self.inner.resume_writing()
 
 
 class _LimitedSite(web.TCPSite):
-    """TCPSite whose protocol factory goes through a ConnectionLimiter."""
+    """TCPSite whose protocol factory goes through a ConnectionLimiter; with ``socks`` it
+    serves already-listening sockets (a reload) instead of binding."""
 
-    def __init__(self, *args: Any, limiter: ConnectionLimiter, **kwargs: Any):
+    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), handshake_timeout_s: float = 10.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.limiter = limiter
+        self.limiter, self.socks, self.handshake_timeout_s = limiter, list(socks), handshake_timeout_s
+        self.servers: list[asyncio.Server] = []
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
         server = self._runner.server
         assert server is not None
-        self._server = await asyncio.get_running_loop().create_server(
-            self.limiter.wrap(server), self._host, self._port, ssl=self._ssl_context,
-            backlog=self._backlog, reuse_address=self._reuse_address, reuse_port=self._reuse_port,
-        )  # fmt: skip
+        loop = asyncio.get_running_loop()
+        factory = self.limiter.wrap(server)
+        tls: dict[str, Any] = {"ssl": self._ssl_context, "ssl_handshake_timeout": self.handshake_timeout_s} if self._ssl_context else {}
+        try:
+            if self.socks:
+                for sock in self.socks:
+                    self.servers.append(await loop.create_server(factory, sock=sock, backlog=self._backlog, **tls))
+            else:
+                self.servers.append(await loop.create_server(
+                    factory, self._host, self._port, backlog=self._backlog,
+                    reuse_address=self._reuse_address, reuse_port=self._reuse_port, **tls,
+                ))  # fmt: skip
+        except BaseException:
+            for s in self.servers:
+                s.close()
+            raise
+        self._server = self.servers[0]
         if hasattr(self, "_bound_port"):  # aiohttp >= 3.10 reports the port it bound
             self._bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
 
+    async def stop(self) -> None:
+        for s in self.servers[1:]:
+            s.close()
+        await super().stop()
 
-async def start_server(app: web.Application, listen: str, max_request_bytes: int, *, ssl_context: Any = None) -> tuple[web.AppRunner, list[tuple[str, int]]]:
-    """Bind and start serving; returns the runner (for cleanup) and the bound addresses."""
-    runner = web.AppRunner(
-        app,
-        handle_signals=False,
-        access_log=None,
-        shutdown_timeout=0.5,
-        max_line_size=max_request_bytes,
-        max_field_size=max_request_bytes,
-        max_headers=max(16, max_request_bytes // 256),
-    )
-    await runner.setup()
-    host, port = parse_listen(listen)
-    site = _LimitedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context, limiter=ConnectionLimiter(ConnectionLimiter.default_cap()))
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner, [a[:2] for a in runner.addresses]
+    def listening(self) -> list[socket.socket]:
+        """Duplicates of the listening sockets (same queue of pending connections)."""
+        return [socket.socket(fileno=os.dup(s.fileno())) for srv in self.servers for s in srv.sockets]
+
+
+class HttpServer:
+    """The running server: one listening socket for the process's life, and an app, TLS
+    context and limits that ``replace`` swaps (SIGHUP) without closing that socket."""
+
+    def __init__(self, runner: web.AppRunner, site: _LimitedSite, limiter: ConnectionLimiter, addresses: list[tuple[str, int]]):
+        self.runner, self.site, self.limiter, self.addresses = runner, site, limiter, addresses
+
+    @property
+    def connections(self) -> int:
+        """Open connections (admitted, not yet closed)."""
+        return len(self.limiter.conns)
+
+    @staticmethod
+    async def _runner(app: web.Application, limits: ServerLimits) -> web.AppRunner:
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=0.5,
+            keepalive_timeout=limits.idle_timeout_s,
+            max_line_size=limits.max_request_bytes,
+            max_field_size=limits.max_request_bytes,
+            max_headers=max(16, limits.max_request_bytes // 256),
+        )
+        await runner.setup()
+        return runner
+
+    @classmethod
+    async def start(cls, app: web.Application, listen: str, limits: ServerLimits, *, ssl_context: Any = None) -> HttpServer:
+        limiter = ConnectionLimiter(ConnectionLimiter.default_cap(), header_timeout_s=limits.header_timeout_s, write_timeout_s=limits.write_timeout_s)
+        limiter.configure(limits)
+        runner = await cls._runner(app, limits)
+        host, port = parse_listen(listen)
+        site = _LimitedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context, limiter=limiter, handshake_timeout_s=limits.header_timeout_s)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        return cls(runner, site, limiter, [a[:2] for a in runner.addresses])
+
+    async def replace(self, app: web.Application, limits: ServerLimits, *, ssl_context: Any = None) -> None:
+        """Serve ``app`` with ``ssl_context`` from now on. The new server accepts on
+        duplicates of the listening sockets before the old one stops, so no connection
+        attempt is refused; connections of the old app are closed (in-flight requests get
+        0.5 s). On error the old server keeps serving."""
+        socks = self.site.listening()
+        try:
+            runner = await self._runner(app, limits)
+            site = _LimitedSite(runner, reuse_address=True, ssl_context=ssl_context, limiter=self.limiter, socks=socks, handshake_timeout_s=limits.header_timeout_s)
+            try:
+                await site.start()
+            except BaseException:
+                await runner.cleanup()
+                raise
+        except BaseException:
+            for s in socks:
+                s.close()
+            raise
+        old, self.runner, self.site = self.runner, runner, site
+        self.limiter.configure(limits)
+        await old.cleanup()
+
+    async def close(self) -> None:
+        self.limiter.close()
+        await self.runner.cleanup()
+
+
+async def start_server(app: web.Application, listen: str, limits: ServerLimits | int, *, ssl_context: Any = None) -> HttpServer:
+    """Bind and start serving (``limits``: ServerLimits, or just max_request_bytes)."""
+    if isinstance(limits, int):
+        limits = ServerLimits(max_request_bytes=limits)
+    return await HttpServer.start(app, listen, limits, ssl_context=ssl_context)
 
 
 def web_options(config: AgentConfig) -> tuple[list[Any], Any]:

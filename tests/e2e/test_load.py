@@ -275,3 +275,85 @@ def test_idle_connections_beyond_the_fd_limit_do_not_stop_health(tmp_path):
         for c in conns:
             c.close()
         a.stop()
+
+
+STALLED_READERS = 150
+DRIPPERS = 40
+
+
+def _stalled_reader(port: int) -> socket.socket | None:
+    """A client that asks for /metrics and never reads the answer (a tiny receive buffer,
+    so the server's writes stall at once)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    s.settimeout(2)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n")
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
+def _closed_by_server(s: socket.socket) -> bool:
+    """True once the server has closed or reset ``s`` (what it sent before is discarded)."""
+    s.setblocking(False)
+    try:
+        while True:
+            if s.recv(1 << 20) == b"":
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_stalled_readers_and_drip_fed_headers_do_not_stop_health(tmp_path):
+    """Issue 12 item 3: more stalled readers (GET /metrics, never read) and drip-fed
+    headers than the connection cap (56 with 256 fds): /health and /livez keep answering,
+    and the header-read, response-write and keep-alive timeouts close every one of them
+    (a /metrics answer that fits in the socket buffers leaves an idle keep-alive connection)."""
+    cfg = config_text(out=tmp_path / "d" / "out", extra="[web]\nheader_timeout_s = 1.0\nwrite_timeout_s = 1.0\nidle_timeout_s = 2.0\n")
+    a = Agent(tmp_path / "d", config=cfg, nofile=256)
+    readers: list[socket.socket] = []
+    drippers: list[socket.socket] = []
+    try:
+        a.wait_ready()
+        assert poll(lambda: a.findings() == (200, set())), a.findings()
+        for _ in range(STALLED_READERS):
+            if (s := _stalled_reader(a.port)) is not None:
+                readers.append(s)
+        for _ in range(DRIPPERS):
+            try:
+                d = socket.create_connection(("127.0.0.1", a.port), timeout=2)
+                d.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+                drippers.append(d)
+            except OSError:
+                pass
+        answered = 0
+        for _ in range(10):  # bounded: ten rounds of more stalled readers and one header byte per dripper, then probes
+            readers += [s for s in (_stalled_reader(a.port) for _ in range(10)) if s is not None]  # the cap stays full
+            for d in drippers:
+                try:
+                    d.sendall(b"X")
+                except OSError:
+                    pass
+            for path in ("/health", "/livez"):
+                try:
+                    code = a.get(path, timeout=5)[0]
+                except OSError as e:
+                    code = f"{type(e).__name__}: {e}"
+                assert code == 200, f"{path} with {len(readers)} stalled readers and {len(drippers)} drippers: {code}"
+                answered += 1
+            time.sleep(0.2)
+        stuck = poll(lambda: all(_closed_by_server(s) for s in readers + drippers), 30.0, 0.2)
+        left = sum(not _closed_by_server(s) for s in readers + drippers)
+        print(f"\n  {len(readers)} stalled readers, {len(drippers)} drippers; {answered} probes answered; {left} still open")
+        assert stuck, f"{left} stalled connections still open"
+        assert a.get("/health", timeout=5)[0] == 200
+        assert a.alive(), a.logs()
+    finally:
+        for s in readers + drippers:
+            s.close()
+        a.stop()
