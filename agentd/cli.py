@@ -10,7 +10,6 @@ within its HealthCheckInterval, then never loads aiohttp, the daemon or the benc
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from agentd import __version__
+from agentd.base.escape import json_text
 from agentd.config import AgentConfig, ConfigError, load_config
 
 if TYPE_CHECKING:  # imported where used, so that `agentd --help` stays quick
@@ -131,7 +131,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     snap, _ = _collect(config, rate_window=False)
     roles = hca_roles(snap, config.hca)
     if args.format == "json":
-        json.dump(inspect_view(snap, roles), sys.stdout, indent=2)
+        sys.stdout.write(json_text(inspect_view(snap, roles), indent=2))  # names that are not UTF-8 as \xNN
         sys.stdout.write("\n")
     else:
         sys.stdout.write(inspect_text(snap, roles))
@@ -155,7 +155,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not res.ok:
             print(f"agentd: note: baseline not saved: {res.error}", file=sys.stderr)
     if args.format == "json":
-        json.dump(findings_json(j.findings), sys.stdout, indent=2)
+        sys.stdout.write(json_text(findings_json(j.findings), indent=2))
         sys.stdout.write("\n")
     else:
         sys.stdout.write(findings_text(j.findings, include_ok=args.all))
@@ -248,7 +248,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         b = load_baseline(path)
     except BaselineError as e:
         raise UsageError(str(e)) from None
-    print(json.dumps(b.model_dump(mode="json"), indent=2) if b is not None else f"{path}: no baseline")
+    print(json_text(b.model_dump(mode="json"), indent=2) if b is not None else f"{path}: no baseline")
     return EXIT_OK
 
 

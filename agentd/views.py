@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from agentd.base.escape import printable
 from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
 
@@ -131,7 +132,7 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
             out.append(f"  {e.source}: {e.kind} {e.path} {e.detail}".rstrip())
         if len(snap.read_errors) > 50:
             out.append(f"  ... {len(snap.read_errors) - 50} more")
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out) + "\n")  # names that are not UTF-8 as \xNN
 
 
 def findings_json(findings: Sequence[Finding]) -> dict[str, Any]:
@@ -150,4 +151,4 @@ def findings_text(findings: Sequence[Finding], *, include_ok: bool = False) -> s
         if f.severity == "ok" and not include_ok:
             continue
         lines.append(f"{f.severity} {f.code} {f.subject}: {f.message}")
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines) + "\n")

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
+from agentd.base.escape import escaped_utf8
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MetricType = Literal["gauge", "counter"]
 
@@ -90,4 +92,6 @@ class Exposition:
         if not out:
             return b""
         out.append("")
-        return "\n".join(out).encode("utf-8")
+        # A label value may hold a name that is not UTF-8 (a lone surrogate from
+        # surrogateescape): written as \\xNN, which a parser reads back as the text \xNN.
+        return escaped_utf8("\n".join(out))

@@ -3,10 +3,10 @@ for the moment they are asked (staleness turns a silent daemon critical on its o
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentd.base.escape import json_text, printable
 from agentd.daemon.state import HealthStatus, State
 from agentd.judging.staleness import with_staleness
 from agentd.model import Finding, overall_status
@@ -22,6 +22,7 @@ class Health:
 
 
 def health(state: State, now: float) -> Health:
+    """``now``: time.monotonic(), the clock staleness is judged on."""
     if not state.ready:
         return Health("starting", 503, (), (), state.generated_at)
     findings, stale = with_staleness(state.findings, state.snapshot, state.stale_limits, now)
@@ -45,7 +46,7 @@ def health_json(state: State, h: Health) -> bytes:
     }
     if not state.ready:
         body["message"] = "first collection not finished yet"
-    return json.dumps(body, separators=(",", ":")).encode()
+    return json_text(body, separators=(",", ":")).encode()
 
 
 def health_text(h: Health) -> bytes:
@@ -56,7 +57,7 @@ def health_text(h: Health) -> bytes:
     for f in h.findings:
         if f.severity != "ok":
             lines.append(f"{f.severity} {f.code} {f.subject}: {f.message}")
-    return ("\n".join(lines) + "\n").encode()
+    return printable("\n".join(lines) + "\n").encode()
 
 
 def checks_json(state: State) -> bytes:
@@ -66,7 +67,7 @@ def checks_json(state: State) -> bytes:
             "generated_at": state.generated_at,
             "findings": [finding_dict(f) for f in state.findings],
         }
-        return json.dumps(body, separators=(",", ":")).encode()
+        return json_text(body, separators=(",", ":")).encode()
 
     return state.cached("checks", build)
 

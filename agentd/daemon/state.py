@@ -10,9 +10,11 @@ State and cached on it, so a scrape costs a dict lookup, not a render.
 from __future__ import annotations
 
 import gzip
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, TypeVar
 
+from agentd.base.escape import model_json
 from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
 from agentd.model import Finding, NodeSnapshot, overall_status
@@ -28,6 +30,8 @@ class State:
     generated_at: float  # unix time this State was built
     started_at: float  # unix time the daemon started
     config: AgentConfig
+    # time.monotonic() when built: the clock staleness is judged on (agentd.judging.staleness)
+    generated_mono: float = field(default_factory=time.monotonic)
     ready: bool = False  # a full collection (every probe run once) has completed
     snapshot: NodeSnapshot | None = None
     findings: tuple[Finding, ...] = ()  # sorted; includes agentd.data.stale at build time
@@ -78,6 +82,6 @@ class State:
         def build() -> bytes:
             if self.snapshot is None:
                 return b'{"error":"no collection yet"}'
-            return self.snapshot.model_dump_json().encode()
+            return model_json(self.snapshot).encode()
 
         return self.cached("topology", build)

@@ -281,6 +281,16 @@ class ReadContext:
             self.error(self._abs(path), "unparsable", "not UTF-8 text")
             return None
 
+    def name(self, path: str | os.PathLike[str], *, required: bool = False) -> str | None:
+        """An attribute whose value is a device name (``gid_attrs/ndevs/<i>``): decoded as
+        the kernel's names are everywhere else (``os.fsdecode``: a byte that is not UTF-8
+        becomes a lone surrogate, losslessly), so it equals the ``listdir`` entry it names.
+        Outputs escape such a name (``agentd.base.escape``). None when absent or empty."""
+        data = self.raw(path, required=required)
+        if data is None:
+            return None
+        return os.fsdecode(data.rstrip()) or None
+
     def integer(self, path: str | os.PathLike[str], *, required: bool = False, base: int = 10) -> int | None:
         """Integer attribute. 'N/A' (counters without a PMA) is None without an error."""
         s = self.text(path, required=required)

@@ -235,14 +235,14 @@ def _read_gids(ctx: ReadContext, pdir: str, *, full: bool, ndevs_seen: dict[int,
         gtype = ctx.text(f"{pdir}/gid_attrs/types/{slot}") if "types" in attrs else None
         ndev = None
         if "ndevs" in attrs:
-            ndev = ndevs_seen[i] = ctx.text(f"{pdir}/gid_attrs/ndevs/{slot}")
+            ndev = ndevs_seen[i] = ctx.name(f"{pdir}/gid_attrs/ndevs/{slot}")
         out.append(Gid(index=i, gid=text.lower(), type=gtype or None, netdev=ndev or None))
     return tuple(out)
 
 
 def _first_ndev(ctx: ReadContext, pdir: str, ndevs_seen: dict[int, str | None]) -> str | None:
     for i in range(_NDEV_PROBE_SLOTS):
-        ndev = ndevs_seen[i] if i in ndevs_seen else ctx.text(f"{pdir}/gid_attrs/ndevs/{i}")
+        ndev = ndevs_seen[i] if i in ndevs_seen else ctx.name(f"{pdir}/gid_attrs/ndevs/{i}")
         if ndev:
             return ndev
     return None

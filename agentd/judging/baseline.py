@@ -131,7 +131,11 @@ def baseline_from(snapshot: NodeSnapshot, roles: HcaRoles) -> Baseline:
 
 
 def baseline_to_json(baseline: Baseline) -> str:
-    return baseline.model_dump_json(indent=2) + "\n"
+    try:
+        return baseline.model_dump_json(indent=2) + "\n"
+    except ValueError:  # PydanticSerializationError: a name that is not UTF-8 (a lone surrogate)
+        # json's \udcNN escapes read back to the very same name, so the next run finds it again.
+        return json.dumps(baseline.model_dump(mode="python"), indent=2) + "\n"
 
 
 def baseline_from_json(text: str | bytes) -> Baseline:
