@@ -112,6 +112,9 @@ class PciDevice(Record):
     # From config space when readable (root); None when not readable.
     pcie_port_type: PciePortType | None = None
     acs_ctrl: int | None = None  # ACS control register; None: no ACS capability / not readable
+    # Config space bytes the kernel returned (4096, or 256 without extended space); 64 to
+    # a reader without CAP_SYS_ADMIN, so port type and ACS are unknown; None: not read.
+    config_bytes: int | None = None
 
     @property
     def is_bridge(self) -> bool:

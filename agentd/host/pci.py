@@ -7,8 +7,11 @@ the first 256 bytes (PCIe port type) for every function, the extended capabiliti
 (ACS) only for bridges, where ACS decides whether peer-to-peer traffic is redirected.
 
 A missing optional attribute (link speed on a PCI device, numa_node on old kernels) is
-``None``, not an error. Config space that cannot be read is normal for a non-root agent
-(the kernel then returns only the first 64 bytes) and is never reported.
+``None``, not an error. Config space is read as the kernel serves it: to an opener
+without CAP_SYS_ADMIN only the first 64 bytes (drivers/pci/pci-sysfs.c pci_read_config),
+which hold no capability, so port type and ACS are then unknown. The reader records how
+many bytes it got (``PciDevice.config_bytes``); the PCIe checks turn a cut config space
+into one finding (``pcie.config_space.truncated``), not a read error per function.
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def _config(ctx: ReadContext, dev_dir: str, class_code: int) -> bytes | None:
     try:
         data = read_bounded(f"{dev_dir}/config", size)
     except OSError:
-        return None  # EACCES / absent / EIO: normal outside root, never a finding
+        return None  # EACCES / absent / EIO: nothing to judge (config_bytes None)
     ctx.files_read += 1
     return data
 
@@ -168,7 +171,8 @@ def read_device(ctx: ReadContext, bdf: str, dev_dir: str) -> PciDevice | None:
     cur_speed = ctx.text(f"{dev_dir}/current_link_speed")
     max_speed = ctx.text(f"{dev_dir}/max_link_speed")
     root_complex, chain = tree_position(ctx.host.rel(dev_dir))
-    port_type, acs_ctrl = parse_config_space(_config(ctx, dev_dir, class_code))
+    config = _config(ctx, dev_dir, class_code)
+    port_type, acs_ctrl = parse_config_space(config)
     return PciDevice(
         bdf=bdf,
         class_code=class_code,
@@ -189,6 +193,7 @@ def read_device(ctx: ReadContext, bdf: str, dev_dir: str) -> PciDevice | None:
         driver=ctx.readlink_name(f"{dev_dir}/driver"),
         pcie_port_type=port_type,
         acs_ctrl=acs_ctrl,
+        config_bytes=len(config) if config is not None else None,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Final
 
 from agentd.base.expo import Exposition, Family, MetricType
 from agentd.base.ids import VENDOR_NVIDIA, bus_id_label
+from agentd.judging.checks.pcie import config_space_truncated
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 from agentd.model import GdrInfo, NodeSnapshot, PathType
@@ -30,6 +31,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_pcie_link_current_width_lanes", G, "Current PCIe link width.", PCI),
     Family("agentd_pcie_link_max_width_lanes", G, "Maximum PCIe link width of the device.", PCI),
     Family("agentd_pcie_acs_redirect_enabled", G, "1 when ACS P2P request/completion redirect is on (forces GPU-NIC peer traffic through the root complex).", PCI),
+    Family("agentd_pcie_config_space_truncated", G, "PCI functions agentd watches whose config space the kernel cut short (64 bytes without CAP_SYS_ADMIN): their port type and ACS are unknown.", ()),
     Family("agentd_pcie_gpu_nic_path", G, "PCIe path from a GPU to an HCA, as rank: 1 PIX, 2 PXB, 3 PHB, 4 NODE, 5 SYS (lower is closer).", ("gpu", "pci_bus_id", "device", "path")),
     Family("agentd_pcie_gpu_nearest_nic_info", G, "The compute HCA(s) closest to each GPU, with the path type (value 1).", ("gpu", "pci_bus_id", "device", "path")),
     Family("agentd_gdr_available", G, "1 when GPUDirect RDMA can register GPU memory (nvidia_peermem registered, or DMA-BUF usable).", ()),
@@ -66,10 +68,12 @@ def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
         dev = snap.pci_device(bdf)
         for parent in dev.parent_chain if dev is not None else ():
             roles.setdefault(parent, "bridge")
+    truncated = 0
     for d in snap.pci:
         role = roles.get(d.bdf)
         if role is None:
             continue
+        truncated += config_space_truncated(d)
         lab = (bus_id_label(d.bdf), role)
         parent = d.parent_chain[-1] if d.parent_chain else ""
         x.add(
@@ -87,6 +91,8 @@ def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
             x.add("agentd_pcie_link_max_width_lanes", lab, d.max_link_width)
         if d.acs_ctrl is not None and role == "bridge":
             x.add("agentd_pcie_acs_redirect_enabled", lab, bool(d.acs_ctrl & 0x0C))
+    if roles:
+        x.add("agentd_pcie_config_space_truncated", (), truncated)
 
 
 def cache_key(s: MetricsSource) -> tuple[object, ...] | None:

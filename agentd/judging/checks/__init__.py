@@ -37,6 +37,7 @@ CHECKS: tuple[Check, ...] = (
     pcie.check_links,
     pcie.check_gpu_nic_paths,
     pcie.check_acs,
+    pcie.check_config_space,
     mtu.check_mtu,
     roce.check_roce,
     nvlink.check_nvlink,

@@ -18,6 +18,13 @@ a warning: traffic across root ports passes the root complex anyway, but the red
 sends it through IOMMU translation (Linux sets these bits when the IOMMU is on, itself a
 GPUDirect hazard). Nothing is judged in a VM, where ACS is what makes device assignment
 safe.
+
+Config space: port types (which tells switch uplinks apart) live in the PCIe capability
+in the first 256 bytes, ACS in the extended space. The kernel serves only the first 64
+bytes to a reader without CAP_SYS_ADMIN (the shipped unit, unless the ACS drop-in is
+installed), so both are unknown then, and the checks above cannot see a redirect or an
+uplink. That is said once for the node (``pcie.config_space.truncated``, a warning: agentd
+could not look), never read as "no ACS".
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ from dataclasses import dataclass, field
 
 from agentd.base.ids import natural_key
 from agentd.judging.checks.common import CheckInput
-from agentd.judging.findings import finding, gpu_subject, pci_subject
+from agentd.judging.findings import NODE, finding, gpu_subject, pci_subject
 from agentd.model import Finding, PathType, PciDevice, Severity
 
 ACS_P2P_REQ_REDIRECT = 1 << 2
 ACS_P2P_CMPL_REDIRECT = 1 << 3
 ACS_REDIRECT_BITS = ACS_P2P_REQ_REDIRECT | ACS_P2P_CMPL_REDIRECT
+CONFIG_UNPRIVILEGED_BYTES = 64  # what pci_read_config() gives an opener without CAP_SYS_ADMIN
+CONFIG_LEGACY_BYTES = 256  # the capability list (PCIe port type) lies within these
 
 
 @dataclass
@@ -202,3 +211,46 @@ def check_acs(inp: CheckInput) -> list[Finding]:
             expected="ReqRedir- CmpltRedir-",
         ))
     return out
+
+
+def config_space_truncated(dev: PciDevice) -> bool:
+    """The kernel returned less config space than holds the capability list: port type
+    (and on bridges ACS) are unknown, not absent."""
+    return dev.config_bytes is not None and dev.config_bytes < CONFIG_LEGACY_BYTES
+
+
+def check_config_space(inp: CheckInput) -> list[Finding]:
+    """pcie.config_space.truncated: one finding for every function the PCIe checks judge
+    (GPUs, HCAs and the bridges above them) whose config space was cut short."""
+    snap = inp.snapshot
+    judged: list[PciDevice] = []
+    seen: set[str] = set()
+    for _label, bdf, _is_gpu, _compute in _endpoints(inp):
+        dev = snap.pci_device(bdf)
+        if dev is None:
+            continue
+        for b in (*dev.parent_chain, dev.bdf):
+            d = snap.pci_device(b)
+            if d is not None and d.bdf not in seen:
+                seen.add(d.bdf)
+                judged.append(d)
+    cut = [d for d in judged if config_space_truncated(d)]
+    if not cut:
+        return []
+    sizes = sorted({d.config_bytes for d in cut if d.config_bytes is not None})
+    unprivileged = sizes == [CONFIG_UNPRIVILEGED_BYTES]
+    why = ("the kernel serves only the first 64 bytes of config space to a reader without CAP_SYS_ADMIN"
+           if unprivileged else f"the kernel returned only {'/'.join(map(str, sizes))} bytes")
+    unseen = "PCIe port types (switch uplinks) and ACS" if any(d.is_bridge for d in cut) else "PCIe port types"
+    return [finding(
+        "pcie.config_space.truncated",
+        "warning",
+        NODE,
+        f"PCI config space of {len(cut)} of the {len(judged)} functions the PCIe checks judge (GPUs, HCAs and "
+        f"the bridges above them) could not be read past byte {sizes[-1]}: {why}. {unseen} are unknown, so the "
+        f"ACS redirect and switch uplink checks cannot run (first: {cut[0].bdf})",
+        "install systemd/agentd-acs.conf.example as a drop-in (CAP_SYS_ADMIN; the trade-off is described inside), "
+        "or run `agentd check` as root on a schedule to judge ACS; `lspci -vvv` as root shows ACSCtl",
+        measured=len(cut),
+        expected=f"at least {CONFIG_LEGACY_BYTES} bytes",
+    )]
