@@ -169,3 +169,19 @@ def test_odd_netdev_never_reaches_nccl_env(snap: NodeSnapshot) -> None:
     for var in env.variables:
         var.value.encode("ascii")
         assert os.fsdecode(ODD_HCA) not in var.value and os.fsdecode(ODD_NETDEV) not in var.value
+
+
+def test_live_readers_address_an_odd_netdev_by_its_bytes() -> None:
+    """The ioctl (ethtool) and netlink (DCB) requests carry the kernel's name bytes: an odd
+    name is asked for as itself, and a name the node does not have is a typed read error."""
+    from agentd.host import dcb, ethtool
+    from agentd.host.fs import ReadContext
+
+    name = os.fsdecode(ODD_NETDEV)
+    assert b"v\xffx\0" in dcb.build_ieee_get(name, 1)
+    ctx = ReadContext(HostRoot.at("/"), "ethtool")
+    assert ethtool.read_ethtool(ctx, ["agentd-no\udcffne"]) == {}  # UnicodeEncodeError before the fix
+    assert [(e.path, e.kind) for e in ctx.errors] in (
+        [("ioctl(SIOCETHTOOL, agentd-no\udcffne)", "unreadable")],
+        [("ioctl(SIOCETHTOOL)", "unavailable")],  # no socket in this sandbox
+    )

@@ -66,7 +66,7 @@ def _align4(n: int) -> int:
 
 
 def build_ieee_get(ifname: str, seq: int) -> bytes:
-    name = ifname.encode() + b"\0"
+    name = os.fsencode(ifname) + b"\0"  # the kernel's bytes: a name that is not UTF-8 too
     attr = _NLATTR.pack(_NLATTR.size + len(name), DCB_ATTR_IFNAME) + name
     attr += b"\0" * (_align4(len(attr)) - len(attr))
     body = struct.pack("=BBH", socket.AF_UNSPEC, DCB_CMD_IEEE_GET, 0) + attr

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import os
 import re
 import socket
 import struct
@@ -65,7 +66,12 @@ class _CountChanged(Exception):
 
 
 def valid_ifname(name: str) -> bool:
-    b = name.encode("utf-8", "replace")
+    """A name the kernel could have given a netdev. Taken as its bytes (``os.fsencode``,
+    the inverse of how ``listdir`` decoded it): a name that is not UTF-8 is still valid."""
+    try:
+        b = os.fsencode(name)
+    except UnicodeEncodeError:  # a surrogate no byte decodes to: not from the kernel
+        return False
     return 0 < len(b) < IFNAMSIZ and "/" not in name and name not in (".", "..") and not any(c.isspace() for c in name)
 
 
@@ -122,7 +128,7 @@ def _read_once(sock: socket.socket, ifname: bytes) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in range(count):
         name = raw[12 + i * ETH_GSTRING_LEN : 12 + (i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0]
-        out[name.decode("utf-8", "replace")] = values[i]
+        out[os.fsdecode(name)] = values[i]  # losslessly, as every name: two odd names stay two
     return out
 
 
@@ -141,7 +147,7 @@ def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, in
                 continue
             for attempt in range(_ATTEMPTS):
                 try:
-                    stats = _read_once(sock, name.encode())
+                    stats = _read_once(sock, os.fsencode(name))
                 except _CountChanged as e:
                     if attempt == _ATTEMPTS - 1:
                         ctx.error(path, "unreadable", str(e))
