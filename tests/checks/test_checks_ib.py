@@ -44,9 +44,9 @@ def test_port_down_clears_when_active_again():
     assert only(check_ports(inp(node(), [s])), "ib.port.down") == []
 
 
-def test_unreadable_state_is_not_judged():
+def test_unreadable_state_is_reported_not_judged_as_down():
     s = with_port(node(), "mlx5_3", state=None)
-    assert check_ports(inp(s)) == []
+    assert [(f.code, f.severity) for f in check_ports(inp(s))] == [("ib.port.unreadable", "warning")]
 
 
 def test_non_compute_port_never_seen_active_is_only_reported():

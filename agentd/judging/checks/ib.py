@@ -5,6 +5,13 @@ judged milder: a problem is at most a warning, and a port that is not ACTIVE is 
 warning when it was seen ACTIVE before (in the baseline or the history); otherwise it is
 reported with severity ok (an unused second port of a storage card is not a fault).
 
+A port whose state cannot be read (an empty, unreadable or unparsable ``state`` file) is
+``ib.port.unreadable``: agentd cannot vouch for it, so it is left out of NCCL_IB_HCA. One
+failed read is a warning (sysfs reads can miss once, e.g. during a driver event) and the
+port does not yet count against ``expect.hca_ports``; when the previous collection could
+not read it either, it is judged as a port that is not ACTIVE: critical for compute ports,
+and missing from the count.
+
 Expectations: rate and width from config (``expect.rate_gbps``/``expect.width``, compute
 ports only), else inferred as the best value among the ACTIVE ports of the same role,
 HCA model and link layer.
@@ -112,6 +119,32 @@ def _not_active(inp: CheckInput, roles: HcaRoles, h: Hca, p: IbPort) -> Finding:
     )
 
 
+def _state_unread(snap: NodeSnapshot | None, hca: str, port: int) -> bool:
+    h = snap.hca(hca) if snap is not None else None
+    p = next((q for q in h.ports if q.port == port), None) if h is not None else None
+    return p is not None and p.state is None
+
+
+def _unreadable(roles: HcaRoles, h: Hca, p: IbPort, repeated: bool) -> Finding:
+    compute = roles.is_compute(h.name)
+    sev: Severity = "critical" if compute and repeated else "warning"
+    when = ("in two collections in a row" if repeated else
+            "in this collection (a warning until the next collection misses it too)")
+    left = "; it is left out of NCCL_IB_HCA" if compute else ""
+    return finding(
+        "ib.port.unreadable",
+        sev,
+        port_subject(h.name, p.port),
+        f"{_role(roles, h.name)} port state could not be read {when}: the state file is empty, unreadable or "
+        f"not a port state{left}",
+        f"check the HCA and its driver in dmesg; `ibstat {h.name} {p.port}` and "
+        f"`cat /sys/class/infiniband/{h.name}/ports/{p.port}/state` show what the kernel reports; "
+        "probe.failed findings name the file when the read itself failed",
+        measured="unreadable",
+        expected="ACTIVE",
+    )
+
+
 def _rate_width(cfg_rate: float | None, cfg_width: int | None, inferred: tuple[float | None, int | None, int],
                 roles: HcaRoles, h: Hca, p: IbPort) -> list[Finding]:
     compute = roles.is_compute(h.name)
@@ -148,17 +181,27 @@ def _rate_width(cfg_rate: float | None, cfg_width: int | None, inferred: tuple[f
 
 
 def check_ports(inp: CheckInput) -> list[Finding]:
-    """ib.port.down, ib.port.rate_degraded, ib.port.width_degraded, ib.ports.count."""
+    """ib.port.down, ib.port.unreadable, ib.port.rate_degraded, ib.port.width_degraded, ib.ports.count."""
     snap, expect = inp.snapshot, inp.config.expect
     roles = inp.resolved_roles()
     inferred = _inferred(snap, roles)
     out: list[Finding] = []
     active_compute = 0
+    unread_once = 0  # compute ports whose state one read missed: not yet counted missing
     not_active: list[str] = []
+    past = earlier(inp.history, snap.taken_at)
+    previous = past[-1] if past else None
     for h in snap.hcas:
         for p in h.ports:
             if p.state is None:
-                continue  # unreadable: a probe finding says so
+                repeated = _state_unread(previous, h.name, p.port)
+                out.append(_unreadable(roles, h, p, repeated))
+                if roles.is_compute(h.name):
+                    if repeated:
+                        not_active.append(f"{port_subject(h.name, p.port)} (state unreadable)")
+                    else:
+                        unread_once += 1
+                continue
             if not p.is_active:
                 out.append(_not_active(inp, roles, h, p))
                 if roles.is_compute(h.name):
@@ -167,7 +210,7 @@ def check_ports(inp: CheckInput) -> list[Finding]:
             if roles.is_compute(h.name):
                 active_compute += 1
             out.extend(_rate_width(expect.rate_gbps, expect.width, inferred[_group(roles, h, p)], roles, h, p))
-    if expect.hca_ports is not None and active_compute < expect.hca_ports:
+    if expect.hca_ports is not None and active_compute + unread_once < expect.hca_ports:
         others = f"; not ACTIVE: {', '.join(not_active)}" if not_active else ""
         out.append(finding(
             "ib.ports.count",
