@@ -29,6 +29,9 @@ REALM = "agentd"
 AUTH_CACHE_TTL_S = 120.0
 AUTH_CACHE_MAX = 1024
 AUTH_MAX_PENDING = 32  # bcrypt verifications queued at once; more answer 429
+# One worker thread for every BasicAuth: a reload builds a new one (fresh cache) and must
+# not leave a thread behind each time.
+_BCRYPT_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-bcrypt")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
@@ -49,7 +52,8 @@ def parse_basic_authorization(header: str | None) -> tuple[str, bytes] | None:
 
 
 class BasicAuth:
-    """bcrypt checks off the event loop, one at a time, with a short cache of successes."""
+    """bcrypt checks off the event loop, one at a time (one worker thread for the process),
+    with a short cache of successes."""
 
     def __init__(self, users: dict[str, str], *, ttl_s: float = AUTH_CACHE_TTL_S, clock: Callable[[], float] = time.monotonic):
         self._users = {u: h.encode() for u, h in users.items()}
@@ -58,7 +62,7 @@ class BasicAuth:
         self._ttl, self._clock = ttl_s, clock
         self._cache: OrderedDict[bytes, float] = OrderedDict()
         self._inflight: dict[bytes, asyncio.Future[bool]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-bcrypt")
+        self._pool = _BCRYPT_POOL
         self.bcrypt_calls = 0
 
     def _check(self, password: bytes, stored: bytes | None) -> bool:

@@ -222,21 +222,31 @@ class Daemon:
         old = self.config
         try:
             new = await asyncio.to_thread(load_config, self.config_path, overrides=self.overrides or None)
+            # web.config_file is read again on every reload (rotated certificates, removed users)
+            middlewares, ssl_context = await asyncio.to_thread(web_options, new)
         except ConfigError as e:
-            self._reload_status = ReloadStatus(ok=False, at=time.time(), error=str(e))
-            self.log.error("config.reload_failed", error=str(e), effect="the previous configuration keeps running")
-            self.notifier.ready(status_line(self._state))
-            return False
-        fixed = {k: getattr(old, k) for k in ("listen", "host_root", "web") if getattr(new, k) != getattr(old, k)}
+            return self._reload_failed(str(e))
+        fixed = {k: getattr(old, k) for k in ("listen", "host_root") if getattr(new, k) != getattr(old, k)}
         if fixed:
             self.log.warning("config.reload_needs_restart", keys=sorted(fixed), effect="kept the running values")
             new = new.model_copy(update=fixed)
+        if self.server is not None:  # new app (auth, headers, rate limit), TLS context and limits; same socket
+            try:
+                await self.server.replace(build_app(self, middlewares=middlewares), ServerLimits.from_config(new), ssl_context=ssl_context)
+            except OSError as e:
+                return self._reload_failed(f"web server not rebuilt: {e.strerror or e}")
         self.apply_config(new)
         self._reload_status = ReloadStatus(ok=True, at=time.time())
         self.log.info("config.reloaded", path=str(self.config_path) if self.config_path else None)
         self.notifier.ready(status_line(self._state))
         self.trigger_full()
         return True
+
+    def _reload_failed(self, error: str) -> bool:
+        self._reload_status = ReloadStatus(ok=False, at=time.time(), error=error)
+        self.log.error("config.reload_failed", error=error, effect="the previous configuration keeps running, web config included")
+        self.notifier.ready(status_line(self._state))
+        return False
 
     def apply_config(self, new: AgentConfig) -> None:
         old, self.config = self.config, new

@@ -344,6 +344,7 @@ class HttpServer:
 
     def __init__(self, runner: web.AppRunner, site: _LimitedSite, limiter: ConnectionLimiter, addresses: list[tuple[str, int]]):
         self.runner, self.site, self.limiter, self.addresses = runner, site, limiter, addresses
+        self._replacing = asyncio.Lock()  # two SIGHUPs in a row: one replace after the other
 
     @property
     def connections(self) -> int:
@@ -384,6 +385,10 @@ class HttpServer:
         duplicates of the listening sockets before the old one stops, so no connection
         attempt is refused; connections of the old app are closed (in-flight requests get
         0.5 s). On error the old server keeps serving."""
+        async with self._replacing:
+            await self._replace(app, limits, ssl_context)
+
+    async def _replace(self, app: web.Application, limits: ServerLimits, ssl_context: Any) -> None:
         socks = self.site.listening()
         try:
             runner = await self._runner(app, limits)
