@@ -3,6 +3,7 @@ netlink reply decoder (random bytes and generated, well-framed messages)."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
@@ -174,3 +175,19 @@ def test_parse_reply_int_min_error() -> None:
     with pytest.raises(dcb.NetlinkError) as e:
         dcb.parse_reply(nlmsg(dcb.NLMSG_ERROR, 1, struct.pack("=i", -(2**31))), 1)
     assert e.value.errno == 2**31 and str(e.value)
+
+
+# -- interface names as the kernel has them ---------------------------------------------
+
+
+@settings(PROFILE)
+@given(st.binary(min_size=1, max_size=20) | st.sampled_from([b"v\xffx", b"\xff" * 15, b"\xed\xa0\x80", b"eth0", b"\xc2\xa0"]))
+def test_ifname_bytes_are_asked_for_as_they_are(raw: bytes) -> None:
+    """A netdev name is the kernel's bytes, decoded losslessly (``os.fsdecode``, as
+    ``listdir`` does): never an exception, and the netlink request carries the same bytes."""
+    name = os.fsdecode(raw)
+    ok = ethtool.valid_ifname(name)
+    assert ok == (len(raw) < 16 and b"/" not in raw and raw not in (b".", b"..") and not any(c.isspace() for c in name))
+    if ok and b"\0" not in raw:
+        msg = dcb.build_ieee_get(name, 7)  # UnicodeEncodeError on a non-UTF-8 name before the fix
+        assert raw + b"\0" in msg and len(msg) % 4 == 0 and struct.unpack_from("=I", msg)[0] == len(msg)

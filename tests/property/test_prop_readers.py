@@ -9,17 +9,23 @@ fraction of the profile's example budget.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
+from agentd.base.escape import json_text, printable
 from agentd.collection.collector import collect_once
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.model import NodeSnapshot
+from agentd.views import inspect_view
+from tests.support import service_snapshots as fixtures
 
 build = pytest.importorskip("agentd.sim.build")
 PROFILE = settings.get_profile("agentd")  # registered in conftest.py
@@ -154,3 +160,118 @@ def test_odd_port_and_gid_names_are_skipped(trees: dict, name: str) -> None:
         made[0].rmdir()
     check(snap)
     assert snap.hcas == before.hcas
+
+
+# -- names that are not UTF-8, or odd bytes ------------------------------------------------
+# The kernel takes any byte in a netdev name but '/', ':' and whitespace (RDMA names and
+# counter file names can carry odd bytes too); a name enters the model losslessly and every
+# output escapes it (issue 12 item 1). Each example adds one entry named ``name`` at one
+# place of the RoCE tree, collects, renders every output, and removes the entry.
+
+odd_name = st.one_of(
+    st.binary(min_size=1, max_size=15),
+    st.sampled_from([b"v\xffx", b"\xff", b"\xed\xa0\x80", b"\xc3", b"mlx5_8:1,mlx5_9", b"a\\xffb", b'q"}\n', b"\\udcff", b"-", b"\xef\xbf\xbd"]),
+).filter(lambda b: b"/" not in b and b"\0" not in b and b not in (b".", b".."))
+PLACES = ("netdev", "hca", "pci", "counter", "hw_counter", "port", "gid", "ndev", "ecn")
+
+
+def _add_entry(root: Path, place: str, name: bytes) -> list[tuple[bytes, bytes | None]]:
+    """Make the entry; returns what to undo: (path, None) to remove, (path, bytes) to restore."""
+    r = os.fsencode(root)
+    hca = os.fsencode(os.path.realpath(root / "sys/class/infiniband/mlx5_0"))
+    port = hca + b"/ports/1"
+    undo: list[tuple[bytes, bytes | None]] = []
+
+    def link(at: bytes, like: bytes) -> None:
+        os.symlink(os.readlink(like), at)
+        undo.append((at, None))
+
+    def file(at: bytes, data: bytes) -> None:
+        undo.append((at, open(at, "rb").read() if os.path.lexists(at) else None))
+        with open(at, "wb") as fh:
+            fh.write(data)
+
+    if place == "netdev":
+        d = r + b"/sys/devices/virtual/net/" + name
+        os.mkdir(d)
+        undo.append((d, None))
+        for attr in (b"mtu", b"operstate", b"type", b"flags", b"carrier", b"address"):
+            file(d + b"/" + attr, open(r + b"/sys/devices/virtual/net/lo/" + attr, "rb").read())
+        os.symlink(b"../../devices/virtual/net/" + name, r + b"/sys/class/net/" + name)
+        undo.append((r + b"/sys/class/net/" + name, None))
+        for tool in (b"ethtool", b"dcb"):  # the simulated node's answers, by netdev name
+            file(r + b"/.agentd-sim/" + tool + b"/" + name, open(r + b"/.agentd-sim/" + tool + b"/ens1np0", "rb").read())
+    elif place == "hca":
+        link(r + b"/sys/class/infiniband/" + name, r + b"/sys/class/infiniband/mlx5_0")
+    elif place == "pci":
+        link(r + b"/sys/bus/pci/devices/" + name, r + b"/sys/bus/pci/devices/0000:00:01.0")
+    elif place in ("counter", "hw_counter"):
+        file(port + b"/" + place.encode() + b"s/" + name, b"7\n")
+    elif place == "port":
+        os.mkdir(hca + b"/ports/" + name)
+        undo.append((hca + b"/ports/" + name, None))
+    elif place == "gid":
+        file(port + b"/gids/" + name, b"fe80:0000:0000:0000:0000:0000:0000:0001\n")
+    elif place == "ndev":
+        file(port + b"/gid_attrs/ndevs/0", name + b"\n")
+    elif place == "ecn":
+        ecn = os.fsencode(os.path.realpath(root / "sys/class/net/ens1np0")) + b"/ecn/roce_np/enable/"
+        file(ecn + name, b"1\n")
+    return undo
+
+
+def _undo(undo: list[tuple[bytes, bytes | None]]) -> None:
+    for path, data in reversed(undo):
+        if data is not None:
+            with open(path, "wb") as fh:
+                fh.write(data)
+        elif os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+
+
+def check_outputs(snap: NodeSnapshot) -> dict[str, Any]:
+    """Every output of the snapshot is valid UTF-8 and parses: the exposition, /topology,
+    `agentd inspect --format json`. Returns the /topology document."""
+    state = fixtures.state(snap=snap)
+    for fam in text_string_to_metric_families(state.metrics_bytes().decode("utf-8")):
+        for s in fam.samples:
+            assert all(isinstance(v, str) for v in s.labels.values())
+    json.loads(json_text(inspect_view(snap), indent=2).encode("ascii"))
+    topo: dict[str, Any] = json.loads(state.topology_json().decode("utf-8"))
+    return topo
+
+
+@settings(PROFILE, max_examples=max(10, BUDGET // 8))
+@given(st.sampled_from(PLACES), odd_name)
+def test_odd_names_cost_no_probe_and_every_output_renders(trees: dict, place: str, name: bytes) -> None:
+    root, _files = trees["h100-roce"]
+    path = root / "sys/class/net" / os.fsdecode(name)
+    assume(not (place == "netdev" and (os.path.lexists(path) or os.path.lexists(root / ".agentd-sim/ethtool" / os.fsdecode(name)))))
+    assume(not (place == "hca" and os.path.lexists(root / "sys/class/infiniband" / os.fsdecode(name))))
+    assume(not (place == "pci" and os.path.lexists(root / "sys/bus/pci/devices" / os.fsdecode(name))))
+    counters = Path(os.path.realpath(root / "sys/class/infiniband/mlx5_0")) / "ports/1/hw_counters"
+    new_counter = not os.path.lexists(counters / os.fsdecode(name))
+    undo = _add_entry(root, place, name)
+    try:
+        snap = collect_once(HostRoot.at(root), AgentConfig(host_root=root))
+    finally:
+        _undo(undo)
+    failed = {p.name: p.error for p in snap.probes if not p.ok}
+    assert not failed, f"a reader raised: {failed}"
+    topo = check_outputs(snap)
+    decoded = os.fsdecode(name)
+    if place == "netdev":  # lossless in the model, escaped the same way in every output
+        assert decoded in [n.name for n in snap.netdevs]
+        assert printable(decoded) in [n["name"] for n in topo["netdevs"]]
+    elif place == "hca":
+        assert decoded in [h.name for h in snap.hcas]
+        assert printable(decoded) in [h["name"] for h in topo["hcas"]]
+    elif place == "ndev" and decoded.strip() == decoded:  # a name, read as one: no read error
+        mlx5_0 = snap.hca("mlx5_0")
+        assert mlx5_0 is not None and mlx5_0.ports[0].gids[0].netdev == decoded
+        assert not [e for e in snap.read_errors if "ndevs" in e.path]
+    elif place == "hw_counter" and new_counter:
+        mlx5_0 = snap.hca("mlx5_0")
+        assert mlx5_0 is not None and mlx5_0.ports[0].hw_counters.get(decoded) == 7
