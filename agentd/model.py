@@ -56,7 +56,10 @@ class ProbeStatus(Record):
     finished_at: float  # unix time
     timed_out: bool = False
     stale: bool = False  # the data in the snapshot comes from an earlier run
-    last_success_at: float | None = None
+    last_success_at: float | None = None  # unix time, for display and *_timestamp_seconds
+    # time.monotonic() of that success in the collecting process: the staleness clock, so a
+    # wall-clock jump neither hides nor invents stale data (None: no success in this process)
+    last_success_mono: float | None = None
     error: str | None = None
     files_read: int = 0
 

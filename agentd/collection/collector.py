@@ -205,6 +205,7 @@ class Collector:
     outputs: dict[str, ProbeOutput] = field(default_factory=dict)
     _lanes: dict[str, Lane] = field(default_factory=dict)
     _last_ok: dict[str, float] = field(default_factory=dict)
+    _last_ok_mono: dict[str, float] = field(default_factory=dict)
 
     def _timeout(self, spec: ProbeSpec) -> float:
         return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
@@ -227,11 +228,12 @@ class Collector:
         if result is not None:
             data, ctx, duration, finished = result
             self._last_ok[spec.name] = finished
+            self._last_ok_mono[spec.name] = mono = time.monotonic()
             out = ProbeOutput(
                 spec.name,
                 data,
                 tuple(ctx.errors),
-                ProbeStatus(name=spec.name, ok=True, duration_s=duration, finished_at=finished, last_success_at=finished, files_read=ctx.files_read),
+                ProbeStatus(name=spec.name, ok=True, duration_s=duration, finished_at=finished, last_success_at=finished, last_success_mono=mono, files_read=ctx.files_read),
             )
         else:
             # The failure itself is on the ProbeStatus (one probe.failed finding); the
@@ -244,7 +246,7 @@ class Collector:
                 prev.errors if prev is not None else (),
                 ProbeStatus(
                     name=spec.name, ok=False, duration_s=waited, finished_at=now, timed_out=timed_out,
-                    stale=prev is not None, last_success_at=self._last_ok.get(spec.name), error=detail,
+                    stale=prev is not None, last_success_at=self._last_ok.get(spec.name), last_success_mono=self._last_ok_mono.get(spec.name), error=detail,
                 ),
             )
         self.outputs[spec.name] = out

@@ -29,10 +29,8 @@ from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
-from agentd.judging.baseline import Baseline
 from agentd.metrics.agent import process_stats
 from agentd.model import NodeSnapshot
-from agentd.outputs.baseline_store import BaselineError, load_baseline
 from agentd.outputs.evaluate import Evaluation, evaluate
 from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
@@ -255,20 +253,15 @@ class Daemon:
         if (new.log_format, new.log_level) != (old.log_format, old.log_level):
             configure_logging(new.log_format, new.log_level)
         self.udev.set_debounce(new.intervals.event_debounce_s)
-        if new.paths.baseline != old.paths.baseline:
-            self.publisher.baseline = self._load_baseline(new)
         for ev in self._wake.values():
             ev.set()
 
-    def _load_baseline(self, config: AgentConfig) -> Baseline | None:
-        try:
-            b = load_baseline(config.paths.baseline)
-        except BaselineError as e:
-            self.log.error("baseline.invalid", error=str(e), effect="the next healthy collection replaces it")
-            return None
-        if b is not None:
-            self.log.info("baseline.loaded", path=str(config.paths.baseline))
-        return b
+    async def _load_baseline(self, config: AgentConfig) -> None:
+        """Read the baseline in the publisher's lane with a timeout: no file I/O on the event
+        loop, so a FIFO or a hung filesystem at ``paths.baseline`` never stops /health or
+        SIGTERM (agentd.daemon.publisher.Publisher.load_baseline). A reload that names
+        another path: the next publish reads that one the same way."""
+        await self.publisher.load_baseline(config.paths.baseline, config.timeouts.probe_s)
 
     # -- lifecycle ---------------------------------------------------------------------
     def stop(self) -> None:
@@ -286,6 +279,7 @@ class Daemon:
             self._tasks.remove(task)
 
     async def _startup(self) -> None:
+        await self._load_baseline(self.config)
         await self._guarded("all")
         for tier in TIERS:
             self._tasks.append(asyncio.create_task(self._tier_loop(tier), name=f"agentd-{tier}"))
@@ -310,7 +304,6 @@ class Daemon:
         signals = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self._on_sighup}
         for sig, handler in signals.items():
             loop.add_signal_handler(sig, handler)
-        self.publisher.baseline = self._load_baseline(cfg)
         if self.host.is_live:
             self.udev.start(loop)
         self._tasks = [

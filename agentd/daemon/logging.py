@@ -72,8 +72,8 @@ def state_changes(old: State | None, new: State) -> list[Event]:
             level = "debug" if f.severity == "ok" else "info"
             events.append((level, "finding.cleared", {"code": f.code, "subject": f.subject, "severity": f.severity}))
 
-    old_stale = set(stale_probe_names(old.snapshot, old.stale_limits, old.generated_at)) if old is not None and old.ready else set()
-    new_stale = set(stale_probe_names(new.snapshot, new.stale_limits, new.generated_at)) if new.ready else set()
+    old_stale = set(stale_probe_names(old.snapshot, old.stale_limits, old.generated_mono)) if old is not None and old.ready else set()
+    new_stale = set(stale_probe_names(new.snapshot, new.stale_limits, new.generated_mono)) if new.ready else set()
     by_name = {p.name: p for p in new.snapshot.probes} if new.snapshot else {}
     for name in sorted(new_stale - old_stale):
         p = by_name.get(name)

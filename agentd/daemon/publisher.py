@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from agentd.collection.history import History, share
@@ -23,8 +25,9 @@ from agentd.judging.baseline import Baseline
 from agentd.judging.outputs import output_findings
 from agentd.judging.staleness import stale_probe_names, with_staleness
 from agentd.model import Finding, NodeSnapshot, sort_findings
+from agentd.outputs.baseline_store import BaselineError, load_baseline
 from agentd.outputs.evaluate import Evaluation, Evaluator, evaluate
-from agentd.outputs.writer import Writer
+from agentd.outputs.writer import Writer, planned_files
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
 
@@ -51,11 +54,47 @@ class Publisher:
         self.writer = writer or Writer()
         self.log = log
         self.baseline: Baseline | None = None
+        # The baseline path whose file was read (found, absent or invalid); until then no
+        # new baseline is adopted, so a hung read never ends in overwriting a good one.
+        self.baseline_read_from: Path | None = None
         self._write_lane = Lane("writer")
+        self._baseline_lane = Lane("baseline")
+        self._baseline_read: tuple[Path, Future[Baseline | None]] | None = None
+        self._unfinished: dict[str, int] = {}  # file -> publishes whose write did not finish
+
+    async def load_baseline(self, path: Path, timeout_s: float) -> None:
+        """Read the baseline at ``path`` in its lane (never on the event loop: a FIFO or a
+        hung filesystem there must not stop /health or SIGTERM). On a timeout the baseline
+        stays unknown; a later call picks up the read once it finished, without waiting."""
+        pending = self._baseline_read
+        if pending is not None and not pending[1].done():
+            return  # an earlier read still hangs
+        if pending is None or pending[0] != path:
+            fut, _ = self._baseline_lane.submit(load_baseline, path)
+            pending = self._baseline_read = (path, fut)
+        try:
+            b = await await_future(pending[1], timeout_s)
+        except TimeoutError:
+            self.log.error("baseline.read_timeout", path=str(path), timeout_s=timeout_s, effect="no new baseline is adopted until it can be read")
+            return
+        except BaselineError as e:
+            self.log.error("baseline.invalid", error=str(e), effect="the next healthy collection replaces it")
+            b = None
+        except Exception as e:
+            b = None
+            self.log.error("baseline.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="the next healthy collection replaces it")
+        finally:
+            if pending[1].done():
+                self._baseline_read = None
+        if b is not None:
+            self.log.info("baseline.loaded", path=str(path))
+        self.baseline, self.baseline_read_from = b, path
 
     async def judge(self, snapshot_job: Callable[[], NodeSnapshot], history: History, config: AgentConfig) -> tuple[NodeSnapshot, Evaluation]:
         """Take the snapshot, share its unchanged parts with the previous one, evaluate it
         (worker thread) and append it to the history."""
+        if self.baseline_read_from != config.paths.baseline:  # at start, or a reload moved it
+            await self.load_baseline(config.paths.baseline, config.timeouts.probe_s)
         baseline, hist = self.baseline, history.snapshots()
         prev = hist[-1] if hist else None
 
@@ -67,38 +106,65 @@ class Publisher:
         return history.append(snap), ev
 
     async def write(self, ev: Evaluation, snap: NodeSnapshot, config: AgentConfig, stale_limits: Mapping[str, float]) -> tuple[FileStatus, ...]:
-        """NCCL files, NFD labels and a first baseline, in the writer lane with a timeout."""
-        stale = stale_probe_names(snap, stale_limits, time.time())
+        """NCCL files, NFD labels and a first baseline, in the writer lane with a timeout.
+        A write that does not finish in time (hung filesystem) costs every file it was to
+        write: each is reported failed, for this and every publish until it finishes."""
+        stale = stale_probe_names(snap, stale_limits, time.monotonic())
         status = "critical" if stale else ev.status
         new_baseline = None
-        if ev.new_baseline is not None and self.baseline is None and all(p.ok for p in snap.probes):
+        if ev.new_baseline is not None and self.baseline is None and self.baseline_read_from == config.paths.baseline and all(p.ok for p in snap.probes):
             new_baseline = ev.new_baseline
         fut, started = self._write_lane.submit(self.writer.write, ev, config, snap, status, new_baseline)
         if not started:
-            self.log.warning("files.write_skipped", reason="the previous write is still running (hung filesystem?)")
-            return self.writer.statuses()
+            self.log.error("files.write_skipped", reason="the previous write is still running (hung filesystem?)")
+            return self._not_finished(ev, config, "not written: the previous write has not finished (hung filesystem?)")
         try:
             statuses, err = await await_future(fut, config.timeouts.probe_s)
         except TimeoutError:
             self.log.error("files.write_timeout", timeout_s=config.timeouts.probe_s)
-            return tuple(dataclasses.replace(s, ok=False, error="write did not finish in time", changed=False) for s in self.writer.statuses())
+            return self._not_finished(ev, config, f"write did not finish within {config.timeouts.probe_s:g} s (hung filesystem?)")
         except Exception as e:
             self.log.error("files.write_crashed", error=f"{type(e).__name__}: {e}")
-            return self.writer.statuses()
+            return self._not_finished(ev, config, f"write crashed: {type(e).__name__}: {e}")
         if new_baseline is not None:
             if err is None:
                 self.baseline = new_baseline
                 self.log.info("baseline.saved", path=str(config.paths.baseline))
             else:
                 self.log.error("baseline.save_failed", path=str(config.paths.baseline), error=err)
-        return statuses
+        return self._counted(statuses)
+
+    def _counted(self, statuses: tuple[FileStatus, ...]) -> tuple[FileStatus, ...]:
+        """The writer's statuses with the publishes whose write never finished added to each
+        file's failures (the writer cannot count what it never returned from)."""
+        if not self._unfinished:
+            return statuses
+        return tuple(dataclasses.replace(s, failures_total=s.failures_total + self._unfinished.get(s.name, 0)) for s in statuses)
+
+    def _not_finished(self, ev: Evaluation, config: AgentConfig, why: str) -> tuple[FileStatus, ...]:
+        """One failed FileStatus per file this publish was to write (the NCCL files, the NFD
+        file, a first baseline), whether or not an earlier write ever finished."""
+        wanted = [(name, str(path)) for name, path, _ in planned_files(ev, config)]
+        if config.paths.nfd_features is not None:
+            wanted.append(("nfd-features", str(config.paths.nfd_features)))
+        if self.baseline is None and ev.new_baseline is not None:
+            wanted.append(("baseline", str(config.paths.baseline)))
+        known = {s.name: s for s in self.writer.statuses()}
+        out = []
+        for name, path in wanted:
+            self._unfinished[name] = self._unfinished.get(name, 0) + 1
+            prev = known.get(name)
+            base = prev if prev is not None and prev.path == path else FileStatus(name=name, path=path, ok=False)
+            failures = (prev.failures_total if prev is not None else 0) + self._unfinished[name]
+            out.append(dataclasses.replace(base, ok=False, changed=False, error=why, failures_total=failures))
+        return tuple(out)
 
     async def build(self, snap: NodeSnapshot, ev: Evaluation, files: tuple[FileStatus, ...], ctx: Context) -> State:
         """The State of one collection, findings complete (files, benchmark, staleness as of
         now) and its metrics rendered once, off the event loop."""
-        now = time.time()
+        now, mono = time.time(), time.monotonic()
         state = State(
-            seq=ctx.seq, generated_at=now, started_at=ctx.started_at, config=ctx.config, ready=True, snapshot=snap,
+            seq=ctx.seq, generated_at=now, generated_mono=mono, started_at=ctx.started_at, config=ctx.config, ready=True, snapshot=snap,
             findings=ev.findings, stale_limits=ctx.stale_limits, compute_hcas=ev.roles.compute, hca_roles_source=ev.roles.source,
             expected=ev.expected, files=files, nccl_env=ev.nccl_env, nccl_problems=ev.nccl_problems, tiers=ctx.tiers,
             reload=ctx.reload, udev_events=ctx.udev_events, udev_active=ctx.udev_active, process=ctx.process,
@@ -107,7 +173,7 @@ class Publisher:
         topo_problems = getattr(ev.render, "topo_problems", ()) if ev.render is not None else ()
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
         base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
-        findings, _ = with_staleness(base, snap, ctx.stale_limits, now)
+        findings, _ = with_staleness(base, snap, ctx.stale_limits, mono)
         if findings is not ev.findings:
             state = dataclasses.replace(state, findings=findings)
         await asyncio.to_thread(state.metrics_bytes)

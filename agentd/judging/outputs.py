@@ -19,7 +19,7 @@ def output_findings(files: Sequence[FileStatus], nccl_problems: Sequence[str] = 
             out.append(finding(
                 "nccl.file.write_failed", "warning", file_subject(f.name),
                 f"cannot write {f.path}: {f.error or 'unknown error'}; the previous file is kept and the write is retried every cycle ({f.failures_total} failures so far)",
-                "check the filesystem (full, read-only, permissions) of the path; with the packaged unit only /etc/nccl is writable",
+                "check the filesystem (full, read-only, hung, permissions) and that the path is a regular file; with the packaged unit only /etc/nccl is writable",
                 measured=f.failures_total,
             ))
         if f.drift:

@@ -3,20 +3,31 @@ interval of its tier. A probe is stale when its last *successful* run finished l
 than that limit, or when it has never succeeded. ``/health`` answers 503 while any probe
 is stale and lists those probes, each as a critical ``agentd.data.stale`` finding. The age
 is computed for the moment asked, so a daemon whose collections stopped turns stale on its
-own, without a new collection. Pure."""
+own, without a new collection.
+
+Ages come from the monotonic clock: ``now`` is ``time.monotonic()`` and a probe's success is
+its ``ProbeStatus.last_success_mono``, so a wall-clock jump (NTP step, a VM resumed, an
+operator's ``date -s``) neither hides nor invents stale data. Wall time stays in the
+exported ``*_timestamp_seconds`` metrics only. Pure."""
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
 from agentd.judging.findings import finding, probe_subject
-from agentd.model import Finding, NodeSnapshot, sort_findings
+from agentd.model import Finding, NodeSnapshot, ProbeStatus, sort_findings
 
 STALE_CODE = "agentd.data.stale"
 
 
+def success_age(p: ProbeStatus, now: float) -> float | None:
+    """Seconds since the probe last succeeded (``now``: monotonic), None if it never did."""
+    return None if p.last_success_mono is None else now - p.last_success_mono
+
+
 def stale_probe_names(snap: NodeSnapshot | None, limits: Mapping[str, float], now: float) -> tuple[str, ...]:
-    """Probes whose last success is older than their limit, or that never succeeded."""
+    """Probes whose last success is older than their limit, or that never succeeded
+    (``now``: monotonic)."""
     if snap is None:
         return ()
     out = []
@@ -24,7 +35,8 @@ def stale_probe_names(snap: NodeSnapshot | None, limits: Mapping[str, float], no
         limit = limits.get(p.name)
         if limit is None:
             continue
-        if p.last_success_at is None or now - p.last_success_at > limit:
+        age = success_age(p, now)
+        if age is None or age > limit:
             out.append(p.name)
     return tuple(out)
 
@@ -35,11 +47,12 @@ def stale_findings(snap: NodeSnapshot | None, limits: Mapping[str, float], probe
     for name in probes:
         p = by_name.get(name)
         limit = limits.get(name, 0.0)
-        if p is None or p.last_success_at is None:
+        age = success_age(p, now) if p is not None else None
+        if age is None:
             what = "has never succeeded"
             measured: float | None = None
         else:
-            measured = round(now - p.last_success_at, 3)
+            measured = round(age, 3)
             what = f"last succeeded {measured:.1f} s ago"
         why = f"; last run: {p.error}" if p is not None and p.error else ""
         out.append(

@@ -65,10 +65,10 @@ def render(x: Exposition, s: MetricsSource) -> None:
     x.add("agentd_state_generated_timestamp_seconds", (), s.generated_at)
 
     # Staleness as of the moment this State was built (the exposition is built with it).
-    stale = stale_probe_names(s.snapshot, s.stale_limits, s.generated_at) if s.ready else ()
+    stale = stale_probe_names(s.snapshot, s.stale_limits, s.generated_mono) if s.ready else ()
     findings = list(s.findings)
     if stale and not any(f.code == STALE_CODE for f in findings):
-        findings += stale_findings(s.snapshot, s.stale_limits, stale, s.generated_at)
+        findings += stale_findings(s.snapshot, s.stale_limits, stale, s.generated_mono)
     if s.ready:
         status = "critical" if stale else s.status
         x.add("agentd_health_status", (), _SEV_VALUE[status])

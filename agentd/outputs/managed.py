@@ -26,7 +26,6 @@ Not thread-safe: one writer (the daemon loop) per ManagedFiles.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import re
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentd.base.atomic import atomic_write, read_current
+from agentd.base.atomic import atomic_write, read_current, sweep_temps
 
 Action = Literal["unchanged", "created", "written", "restored", "drift_kept", "failed"]
 DriftKind = Literal["edited", "replaced", "foreign", "deleted"]
@@ -154,30 +153,17 @@ class ManagedFile:
             return "replaced"
         return None
 
-    def sweep_stale_temps(self, *, older_than_s: float = 60.0) -> int:
-        """Remove ``.NAME.*.tmp`` files a killed writer left beside the file (atomic_write's
-        temp names). Done once per ManagedFile, i.e. when the daemon starts managing it.
-        Only old ones: a temp file in flight lives for milliseconds, and another writer's
-        (`agentd render` run by hand) must not be pulled from under it."""
-        removed = 0
-        cutoff = time.time() - older_than_s
-        try:
-            for p in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.tmp"):
-                try:
-                    if p.lstat().st_mtime > cutoff:
-                        continue
-                    p.unlink()
-                    removed += 1
-                except OSError:
-                    pass
-        except OSError:
-            pass
-        return removed
+    def sweep_stale_temps(self) -> int:
+        """Remove the ``.NAME.*.tmp`` files killed writers left beside the file
+        (``agentd.base.atomic.sweep_temps``: a temp file whose writer is alive holds a lock
+        and is kept, so ``agentd render`` run by hand is never pulled from under). Done once
+        per ManagedFile, i.e. when the daemon starts managing it."""
+        self._swept = True
+        return sweep_temps(self.path)
 
     def write(self, content: str, *, restore_drift: bool = True, now: float | None = None) -> ManagedResult:
         now = time.time() if now is None else now
         if not self._swept:
-            self._swept = True
             self.sweep_stale_temps()
         wanted = seal(content, xml=self.xml)
         wanted_digest = digest(wanted)

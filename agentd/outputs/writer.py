@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from agentd.base.atomic import sweep_temps
 from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.model import NodeSnapshot
@@ -20,11 +21,12 @@ from agentd.outputs.nfd import default_expiry_s, render_nfd_features, write_nfd_
 from agentd.records import FileStatus
 
 
-def planned_files(ev: Evaluation, config: AgentConfig) -> list[tuple[str, Path, str | None]]:
-    """(file label, path, content or None when the renderer gave nothing) per managed file."""
+def planned_files(ev: Evaluation | None, config: AgentConfig) -> list[tuple[str, Path, str | None]]:
+    """(file label, path, content or None when the renderer gave nothing) per managed file
+    (``ev`` None: the paths only)."""
     if not config.nccl.enabled:
         return []
-    r = ev.render
+    r = ev.render if ev is not None else None
     out: list[tuple[str, Path, str | None]] = [(ENV_FILE, config.paths.nccl_env, getattr(r, "env_sh", None))]
     if config.nccl.write_conf:
         out.append((CONF_FILE, config.paths.nccl_conf, getattr(r, "env_conf", None)))
@@ -106,18 +108,36 @@ class NfdKeeper:
 
 @dataclass
 class Writer:
-    """Everything one publish writes, run as one job in the writer lane."""
+    """Everything one publish writes, run as one job in the writer lane. The first time it
+    sees a path (at start, and after a reload names a new one) it sweeps the temp files a
+    killed writer left there: every managed file, the NFD file and the baseline."""
 
     files: FileKeeper = field(default_factory=FileKeeper)
     nfd: NfdKeeper = field(default_factory=NfdKeeper)
+    baseline: FileStatus | None = None  # once a baseline save was tried
+    swept: set[Path] = field(default_factory=set)
 
     def statuses(self) -> tuple[FileStatus, ...]:
-        extra = (self.nfd.status,) if self.nfd.status is not None else ()
+        extra = tuple(s for s in (self.nfd.status, self.baseline) if s is not None)
         return self.files.statuses() + extra
+
+    def sweep(self, config: AgentConfig) -> int:
+        """Remove temp files killed writers left beside each path not swept before."""
+        paths = [path for _, path, _ in planned_files(None, config)]
+        paths += [p for p in (config.paths.nfd_features, config.paths.baseline) if p is not None]
+        removed = 0
+        for path in paths:
+            if path not in self.swept:
+                self.swept.add(path)
+                removed += sweep_temps(path)
+        return removed
 
     def write(self, ev: Evaluation, config: AgentConfig, snap: NodeSnapshot, status: str, baseline: Baseline | None) -> tuple[tuple[FileStatus, ...], str | None]:
         """(file statuses, error saving ``baseline`` or None). ``baseline``: a new baseline
         to persist, or None."""
+        self.sweep(config)
+        if self.baseline is not None and self.baseline.changed:
+            self.baseline = replace(self.baseline, changed=False)
         self.files.write(ev, config)
         try:
             self.nfd.write(snap, ev, status, config, time.time())
@@ -125,5 +145,11 @@ class Writer:
             self.nfd.status = FileStatus(name="nfd-features", path=str(config.paths.nfd_features), ok=False, error=str(e))
         err = None
         if baseline is not None:
-            err = save_baseline(config.paths.baseline, baseline).error
+            path = config.paths.baseline
+            err = save_baseline(path, baseline).error
+            prev = self.baseline if self.baseline is not None and self.baseline.path == str(path) else FileStatus(name="baseline", path=str(path), ok=True)
+            if err is None:
+                self.baseline = replace(prev, ok=True, error=None, changed=True, last_write_at=time.time())
+            else:
+                self.baseline = replace(prev, ok=False, error=err, changed=False, failures_total=prev.failures_total + 1)
         return self.statuses(), err

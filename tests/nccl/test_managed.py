@@ -188,3 +188,35 @@ def test_sealed_files_still_read_correctly(tmp_path):
         capture_output=True, text=True, timeout=30, check=True,
     )
     assert out.stdout.strip() == f"{r.env.get('NCCL_IB_HCA')}|106"
+
+
+def test_a_fifo_at_a_managed_path_fails_the_write_at_once_and_is_left_alone(tmp_path):
+    """O_NONBLOCK and a type check: never an open() that waits for a FIFO's peer."""
+    import threading
+
+    fifo = tmp_path / "nccl.env"
+    os.mkfifo(fifo)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(write_managed(fifo, BODY, state=ManagedFiles())), daemon=True)
+    t.start()
+    t.join(30)  # a bound on a hang, not a timing
+    if t.is_alive():  # the code before the fix: give the blocked reader its EOF, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(30)
+    assert got and got[0].action == "failed" and "FIFO" in (got[0].error or ""), got
+    assert fifo.is_fifo() and not files.temp_files(fifo)
+
+
+def test_sweep_removes_a_killed_writers_temp_and_keeps_a_live_one(tmp_path):
+    import fcntl
+
+    path = tmp_path / "nccl.env"
+    dead, live = tmp_path / ".nccl.env.d3adw71t.tmp", tmp_path / ".nccl.env.l1v3w71t.tmp"
+    dead.write_text("half")  # as new as a crash a second ago: no age rule hides it
+    fd = os.open(live, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # atomic_write holds this lock until its rename
+    try:
+        ManagedFile(path).write(BODY)
+        assert not dead.exists() and live.exists()
+    finally:
+        os.close(fd)

@@ -41,9 +41,9 @@ def probes(now: float, *, stale: dict[str, float] | None = None, never: tuple[st
             continue
         age = (stale or {}).get(name)
         if age is None:
-            out.append(ProbeStatus(name=name, ok=True, duration_s=0.01, finished_at=now, last_success_at=now, files_read=12))
+            out.append(ProbeStatus(name=name, ok=True, duration_s=0.01, finished_at=now, last_success_at=now, last_success_mono=now, files_read=12))
         else:
-            out.append(ProbeStatus(name=name, ok=False, duration_s=5.0, finished_at=now, timed_out=True, stale=True, last_success_at=now - age, error="no answer within 5.0s"))
+            out.append(ProbeStatus(name=name, ok=False, duration_s=5.0, finished_at=now, timed_out=True, stale=True, last_success_at=now - age, last_success_mono=now - age, error="no answer within 5.0s"))
     return tuple(out)
 
 
@@ -115,7 +115,7 @@ def state(*, ready: bool = True, findings=(), snap: NodeSnapshot | None = None, 
     now = time.time() if now is None else now
     snap = snapshot(now) if snap is None and ready else snap
     base = dict(
-        seq=1 if ready else 0, generated_at=now, started_at=now - 10, config=AgentConfig(), ready=ready, snapshot=snap,
+        seq=1 if ready else 0, generated_at=now, generated_mono=now, started_at=now - 10, config=AgentConfig(), ready=ready, snapshot=snap,
         findings=tuple(findings), stale_limits=LIMITS, compute_hcas=("mlx5_0",), hca_roles_source="inferred",
         expected=Expected(port_rate_gbps={("mlx5_0", 1): 400.0}, port_width={("mlx5_0", 1): 4}, netdev_mtu={"ens1np0": 9000}),
         files=(FileStatus(name="nccl.env", path="/etc/nccl.env", ok=True, last_write_at=now - 5, failures_total=0),
