@@ -131,7 +131,6 @@ class ManagedFile:
         self.last_drift_at: float | None = None
         self.sha256: str | None = None
         self.last_action: Action | None = None
-        self._swept = False
 
     @property
     def drift_detected(self) -> bool:
@@ -156,15 +155,13 @@ class ManagedFile:
     def sweep_stale_temps(self) -> int:
         """Remove the ``.NAME.*.tmp`` files killed writers left beside the file
         (``agentd.base.atomic.sweep_temps``: a temp file whose writer is alive holds a lock
-        and is kept, so ``agentd render`` run by hand is never pulled from under). Done once
-        per ManagedFile, i.e. when the daemon starts managing it."""
-        self._swept = True
+        and is kept, so ``agentd render`` run by hand is never pulled from under). The
+        daemon's writer does it for every path it manages when it starts managing it
+        (agentd.outputs.writer.Writer.sweep); a plain write leaves other temps alone."""
         return sweep_temps(self.path)
 
     def write(self, content: str, *, restore_drift: bool = True, now: float | None = None) -> ManagedResult:
         now = time.time() if now is None else now
-        if not self._swept:
-            self.sweep_stale_temps()
         wanted = seal(content, xml=self.xml)
         wanted_digest = digest(wanted)
         current = read_current(self.path)

@@ -216,7 +216,7 @@ def test_sweep_removes_a_killed_writers_temp_and_keeps_a_live_one(tmp_path):
     fd = os.open(live, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)  # atomic_write holds this lock until its rename
     try:
-        ManagedFile(path).write(BODY)
+        assert ManagedFile(path).sweep_stale_temps() == 1
         assert not dead.exists() and live.exists()
     finally:
         os.close(fd)
