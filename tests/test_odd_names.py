@@ -185,3 +185,21 @@ def test_live_readers_address_an_odd_netdev_by_its_bytes() -> None:
         [("ioctl(SIOCETHTOOL, agentd-no\udcffne)", "unreadable")],
         [("ioctl(SIOCETHTOOL)", "unavailable")],  # no socket in this sandbox
     )
+
+
+def test_a_compute_hca_nccl_cannot_be_given_is_a_finding(tmp_path: Path) -> None:
+    """mlx5_0 renamed to b"mlx5_\\xfe8" is still a compute HCA (inferred roles), left out of
+    NCCL_IB_HCA by its name: that costs a warning naming it, escaped, not silence."""
+    from agentd.judging.checks import CheckInput, run_checks
+
+    tree = tmp_path / "root"
+    sim.build_tree("h100-ib", tree)
+    r = os.fsencode(tree)
+    _rename_link(r + b"/sys/class/infiniband/", b"mlx5_0", ODD_HCA)
+    snap = collect_once(HostRoot.at(tree), AgentConfig(timeouts={"nvml_s": 1}))
+    findings = run_checks(CheckInput(snap, (), AgentConfig()))
+    odd = [f for f in findings if f.code == "ib.hca.name_unusable"]
+    assert [(f.severity, f.about.name) for f in odd] == [("warning", os.fsdecode(ODD_HCA))]
+    assert "mlx5_\\xfe8" in odd[0].message
+    env = derive_env(snap, findings, AgentConfig(), topo_path=None)
+    assert os.fsdecode(ODD_HCA) not in (env.get("NCCL_IB_HCA") or "")

@@ -15,6 +15,7 @@ from agentd.judging.checks import (
     ib_counters,
     inventory,
     mtu,
+    names,
     nvlink,
     pcie,
     probes,
@@ -32,6 +33,7 @@ Check = Callable[[CheckInput], list[Finding]]
 CHECKS: tuple[Check, ...] = (
     ib.check_ports,
     ib.check_flapping,
+    names.check_hca_names,
     ib_counters.check_counters,
     gdr.check_gdr,
     pcie.check_links,
