@@ -162,3 +162,34 @@ async def test_a_web_config_that_cannot_be_used_fails_the_reload_loudly(tmp_path
     finally:
         d.stop()
         assert await asyncio.wait_for(task, 5) == 0
+
+
+@pytest.mark.e2e
+def test_sighup_to_the_agentd_process_drops_a_removed_user(tmp_path: Path) -> None:
+    """The same through the real process and signal: ``agentd run`` gets SIGHUP."""
+    import os
+    import signal
+
+    from tests.support.daemon_harness import Agent, config_text, metric_value, poll
+
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  alice: {HASH}\n  bob: {HASH}\nauth_excluded_paths: [/readyz, /health]\n")
+    out = tmp_path / "d" / "out"
+    a = Agent(tmp_path / "d", config=config_text(out=out, extra=f'[web]\nconfig_file = "{web}"\n'))
+    try:
+        a.wait_ready()
+        bob = {"Authorization": basic("bob", PASSWORD)}
+        alice = {"Authorization": basic("alice", PASSWORD)}
+        assert a.get("/metrics", headers=bob)[0] == 200
+        web.write_text(f"basic_auth_users:\n  alice: {HASH}\nauth_excluded_paths: [/readyz, /health]\n")
+        os.kill(a.proc.pid, signal.SIGHUP)
+        assert poll(lambda: a.get("/metrics", headers=bob)[0] == 401, 20.0), a.logs()
+        code, body = a.get("/metrics", headers=alice)
+        assert code == 200 and metric_value(body.decode(), "agentd_config_last_reload_success") == 1.0
+        web.write_text("basic_auth_users:\n  alice: not-a-hash\n")
+        os.kill(a.proc.pid, signal.SIGHUP)
+        assert poll(lambda: metric_value(a.get("/metrics", headers=alice)[1].decode(), "agentd_config_last_reload_success") == 0.0, 20.0), a.logs()
+        assert "config.reload_failed" in a.logs()
+        assert a.alive()
+    finally:
+        a.stop()
