@@ -258,3 +258,38 @@ async def test_a_wall_clock_jump_neither_hides_nor_invents_stale_data(tmp_path):
     # The exported timestamp stays wall time.
     ts = [ln for ln in text.splitlines() if ln.startswith('agentd_probe_last_success_timestamp_seconds{probe="ib"}')]
     assert len(ts) == 1 and abs(float(ts[0].split()[-1]) - snap.probes[0].last_success_at) < 1.0
+
+
+async def test_a_baseline_read_that_hangs_is_never_overwritten_and_is_picked_up_later(tmp_path, monkeypatch):
+    """Hung filesystem at the baseline: the daemon goes on without it, adopts no new one (that
+    would replace the node's real baseline), and uses it once the read returns."""
+    import agentd.daemon.publisher as publisher_mod
+    from agentd.judging.baseline import baseline_to_json
+
+    config = cfg(tmp_path)
+    snap = fixtures.snapshot()
+    real = baseline_from(snap, HcaRoles(("mlx5_0", "mlx5_1"), (), "inferred"))
+    config.paths.baseline.write_text(baseline_to_json(real))
+    release = threading.Event()
+    read = publisher_mod.load_baseline
+    monkeypatch.setattr(publisher_mod, "load_baseline", lambda path: (release.wait(), read(path))[1])
+    log = Log()
+    pub = Publisher(log=log)
+    ev = evaluation(snap, new_baseline=baseline_from(snap, ROLES))  # what a fresh baseline would hold
+    try:
+        await pub.judge(lambda: snap, fixtures_history(), config)
+        await publish(pub, config, snap, ev)
+        assert "baseline.read_timeout" in log.names() and "baseline.saved" not in log.names()
+        assert config.paths.baseline.read_text() == baseline_to_json(real)
+    finally:
+        release.set()
+    while pub._baseline_lane.busy:
+        await asyncio.sleep(0.01)
+    await pub.judge(lambda: snap, fixtures_history(), config)
+    assert pub.baseline == real and "baseline.loaded" in log.names()
+
+
+def fixtures_history():
+    from agentd.collection.history import History
+
+    return History(4, spacing_s=1.0, recent_s=60.0)
