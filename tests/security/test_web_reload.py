@@ -57,10 +57,10 @@ class Log:
         return lambda event, **kw: self.events.append((level, event, kw))
 
 
-def toml(d: Path, web: Path) -> Path:
+def toml(d: Path, web: Path, extra: str = "") -> Path:
     p = d / "agentd.toml"
     p.write_text(f'[intervals]\nfast_s = 0.05\nmedium_s = 0.1\nslow_s = 0.2\nstale_after = 20\n[nccl]\nenabled = false\n'
-                 f'[paths]\nbaseline = "{d}/baseline.json"\n[web]\nconfig_file = "{web}"\n')
+                 f'[paths]\nbaseline = "{d}/baseline.json"\n[web]\nconfig_file = "{web}"\n{extra}')
     return p
 
 
@@ -72,8 +72,8 @@ async def until(pred: Any, limit_s: float = 10.0) -> bool:
     return bool(pred())
 
 
-async def start(d: Path, web: Path) -> tuple[Daemon, asyncio.Task[int], Log]:
-    path = toml(d, web)
+async def start(d: Path, web: Path, extra: str = "") -> tuple[Daemon, asyncio.Task[int], Log]:
+    path = toml(d, web, extra)
     cfg = load_config(path, environ={}).model_copy(update={"listen": "127.0.0.1:0"})
     log = Log()
     daemon = Daemon(cfg, host=HostRoot.at(d), config_path=path, overrides={"listen": "127.0.0.1:9"}, collector=FakeCollector(cfg),
@@ -159,6 +159,23 @@ async def test_a_web_config_that_cannot_be_used_fails_the_reload_loudly(tmp_path
         assert await until(lambda: b"agentd_config_last_reload_success 0" in d.state.metrics_bytes())
         assert await status(url, "alice", PASSWORD) == 200  # the running web config keeps serving
         assert await status(url, "bob", PASSWORD) == 401
+    finally:
+        d.stop()
+        assert await asyncio.wait_for(task, 5) == 0
+
+
+async def test_a_tls_handshake_that_never_starts_is_closed_after_the_header_timeout(pki: Path, tmp_path: Path) -> None:  # noqa: F811
+    shutil.copy(pki / "server.pem", tmp_path / "tls.pem")
+    shutil.copy(pki / "server.key", tmp_path / "tls.key")
+    web = tmp_path / "web.yml"
+    web.write_text("tls_server_config:\n  cert_file: tls.pem\n  key_file: tls.key\n")
+    d, task, _ = await start(tmp_path, web, "header_timeout_s = 0.3\n")
+    port = d.addresses[0][1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)  # plain TCP, no ClientHello
+        assert await asyncio.wait_for(reader.read(), 20) == b""  # closed by the server
+        writer.close()
+        assert await served_serial(port, client_ctx(pki))  # others still get in
     finally:
         d.stop()
         assert await asyncio.wait_for(task, 5) == 0
