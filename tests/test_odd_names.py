@@ -203,3 +203,66 @@ def test_a_compute_hca_nccl_cannot_be_given_is_a_finding(tmp_path: Path) -> None
     assert "mlx5_\\xfe8" in odd[0].message
     env = derive_env(snap, findings, AgentConfig(), topo_path=None)
     assert os.fsdecode(ODD_HCA) not in (env.get("NCCL_IB_HCA") or "")
+
+
+@pytest.mark.e2e
+def test_the_daemon_publishes_on_a_node_with_odd_names(tmp_path: Path) -> None:
+    """The issue's report: with such a name no State was ever published (/health 503
+    "starting" forever, systemd restarting the service). Now /health, /metrics, /checks
+    and /topology answer, the name escaped in each."""
+    from tests.support.daemon_harness import agentd_cmd, config_text, free_port, http_get, poll, stop_process
+
+    root = odd_tree(tmp_path / "root")
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = tmp_path / "agentd.toml"
+    cfg.write_text(config_text(out=out, stale_after=100.0))
+    base = f"http://127.0.0.1:{free_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    with open(tmp_path / "agentd.log", "wb") as log:
+        proc = subprocess.Popen([*agentd_cmd(), "run", "--config", str(cfg), "--host-root", str(root), "--listen", base[7:]],
+                                stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            def published() -> tuple[int, bytes] | None:
+                try:
+                    code, body = http_get(base + "/health", timeout=2)
+                except OSError:
+                    return None
+                return (code, body) if json.loads(body)["status"] != "starting" else None
+
+            got = poll(published, 60.0, 0.1)
+            assert got is not None and proc.poll() is None, (tmp_path / "agentd.log").read_text(errors="replace")[-3000:]
+            code, metrics = http_get(base + "/metrics")
+            assert code == 200
+            assert r'netdev="v\\xffx"' in metrics.decode("utf-8")
+            assert "v\\xffx" in [n["name"] for n in json.loads(http_get(base + "/topology")[1])["netdevs"]]
+            assert any("v\\xffx" in f["subject"] for f in json.loads(http_get(base + "/checks")[1])["findings"])
+        finally:
+            stop_process(proc)
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_log_lines_escape_names(fmt: str) -> None:
+    """A finding about an odd netdev is logged with the name as \\xNN in both formats, the
+    same text every other output shows (JSON's own \\udcNN escape is not read alike by every
+    log shipper)."""
+    import io
+
+    from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
+
+    name = os.fsdecode(ODD_NETDEV)
+    buf = io.StringIO()
+    try:
+        configure_logging(fmt, "info", stream=buf)
+        finding = Finding(code="netdev.mtu", severity="critical", subject=f"netdev {name}", message=f"{name} is odd")
+        log_state_changes(get_logger(), fixtures.state(ready=False), fixtures.state(findings=(finding,)))
+    finally:
+        configure_logging("json", "info")
+    text = buf.getvalue()
+    text.encode("utf-8")
+    raised = [line for line in text.splitlines() if "finding.raised" in line]
+    assert raised and "\\ud" not in text
+    if fmt == "json":
+        assert json.loads(raised[0])["subject"] == "netdev v\\xffx"
+    else:
+        assert "v\\xffx" in raised[0].replace("\\\\", "\\")  # the console renderer shows repr()

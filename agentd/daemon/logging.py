@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TextIO
+from typing import Any, Mapping, MutableMapping, TextIO
 
 import structlog
 
+from agentd.base.escape import printable
 from agentd.daemon.state import State
 from agentd.judging.staleness import stale_probe_names
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def _printable_values(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+    """A name that is not UTF-8 (a lone surrogate) logs as \\xNN, as in every other output."""
+    return {k: printable(v) if isinstance(v, str) else v for k, v in event.items()}
 
 
 def configure_logging(log_format: str = "auto", level: str = "info", stream: TextIO | None = None) -> None:
@@ -32,6 +38,7 @@ def configure_logging(log_format: str = "auto", level: str = "info", stream: Tex
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            _printable_values,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
