@@ -79,3 +79,22 @@ def test_legacy_256_byte_config_space_is_not_truncation(tmp_path):
     snap, cfg = _collect(root)
     assert not [f for f in judge(snap, (), cfg, None).findings if f.code == "pcie.config_space.truncated"]
     assert any(d.pcie_port_type == "upstream" for d in snap.pci)
+
+
+def test_config_space_refused_is_said_too_and_an_absent_file_is_not(tmp_path):
+    # A read the kernel or a security module refuses (EACCES from AppArmor/SELinux, EIO)
+    # leaves port type and ACS as unknown as a cut read does. Root passes file modes, so
+    # the refusal here is EISDIR: a `config` that cannot be read as a file.
+    root = sim.build_tree("h100-ib", tmp_path / "root")
+    cfgs = [c for c in (root / "sys/devices").rglob("config") if c.is_file() and not c.is_symlink()]
+    for c in cfgs:
+        c.unlink()
+        c.mkdir()
+    snap, cfg = _collect(root)
+    [f] = [f for f in judge(snap, (), cfg, None).findings if f.code == "pcie.config_space.truncated"]
+    assert "could not be read" in f.message and "refused" in f.message
+    # Trees without config files (fixtures, some containers' sysfs views) say nothing.
+    for c in cfgs:
+        c.rmdir()
+    snap, cfg = _collect(root)
+    assert not [f for f in judge(snap, (), cfg, None).findings if f.code == "pcie.config_space.truncated"]

@@ -10,12 +10,14 @@ A missing optional attribute (link speed on a PCI device, numa_node on old kerne
 ``None``, not an error. Config space is read as the kernel serves it: to an opener
 without CAP_SYS_ADMIN only the first 64 bytes (drivers/pci/pci-sysfs.c pci_read_config),
 which hold no capability, so port type and ACS are then unknown. The reader records how
-many bytes it got (``PciDevice.config_bytes``); the PCIe checks turn a cut config space
+many bytes it got (``PciDevice.config_bytes``; 0 when the read was refused, None when
+the tree has no ``config`` file); the PCIe checks turn a cut config space
 into one finding (``pcie.config_space.truncated``), not a read error per function.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import struct
@@ -147,8 +149,10 @@ def _config(ctx: ReadContext, dev_dir: str, class_code: int) -> bytes | None:
     size = CONFIG_EXTENDED_BYTES if pci_class(class_code) == CLASS_BRIDGE_PCI else CONFIG_LEGACY_BYTES
     try:
         data = read_bounded(f"{dev_dir}/config", size)
-    except OSError:
-        return None  # EACCES / absent / EIO: nothing to judge (config_bytes None)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None  # no config file in this tree: nothing to judge (config_bytes None)
+        return b""  # refused (EACCES from a security module, EIO): 0 bytes, judged as cut
     ctx.files_read += 1
     return data
 

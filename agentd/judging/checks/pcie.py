@@ -239,15 +239,19 @@ def check_config_space(inp: CheckInput) -> list[Finding]:
         return []
     sizes = sorted({d.config_bytes for d in cut if d.config_bytes is not None})
     unprivileged = sizes == [CONFIG_UNPRIVILEGED_BYTES]
-    why = ("the kernel serves only the first 64 bytes of config space to a reader without CAP_SYS_ADMIN"
-           if unprivileged else f"the kernel returned only {'/'.join(map(str, sizes))} bytes")
+    if unprivileged:
+        why = "the kernel serves only the first 64 bytes of config space to a reader without CAP_SYS_ADMIN"
+    elif sizes == [0]:
+        why = "the read was refused (a security module such as AppArmor or SELinux, or an I/O error) or returned nothing"
+    else:
+        why = f"the kernel returned only {'/'.join(map(str, sizes))} bytes, or refused the read"
     unseen = "PCIe port types (switch uplinks) and ACS" if any(d.is_bridge for d in cut) else "PCIe port types"
     return [finding(
         "pcie.config_space.truncated",
         "warning",
         NODE,
         f"PCI config space of {len(cut)} of the {len(judged)} functions the PCIe checks judge (GPUs, HCAs and "
-        f"the bridges above them) could not be read past byte {sizes[-1]}: {why}. {unseen} are unknown, so the "
+        f"the bridges above them) could not be read {f'past byte {sizes[-1]}' if sizes[-1] else 'at all'}: {why}. {unseen} are unknown, so the "
         f"ACS redirect and switch uplink checks cannot run (first: {cut[0].bdf})",
         "install systemd/agentd-acs.conf.example as a drop-in (CAP_SYS_ADMIN; the trade-off is described inside), "
         "or run `agentd check` as root on a schedule to judge ACS; `lspci -vvv` as root shows ACSCtl",
