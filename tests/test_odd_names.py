@@ -266,3 +266,13 @@ def test_log_lines_escape_names(fmt: str) -> None:
         assert json.loads(raised[0])["subject"] == "netdev v\\xffx"
     else:
         assert "v\\xffx" in raised[0].replace("\\\\", "\\")  # the console renderer shows repr()
+
+
+def test_nfd_labels_carry_no_odd_name(snap: NodeSnapshot) -> None:
+    """NFD label values are Kubernetes label syntax: a name never gets there unescaped."""
+    from agentd.outputs.nfd import LABEL_VALUE_RE, nfd_labels, render_nfd_features
+
+    name = os.fsdecode(ODD_NETDEV)
+    finding = Finding(code="netdev.mtu", severity="critical", subject=f"netdev {name}", message=f"{name} is odd")
+    render_nfd_features(None, (finding,), snap, expiry_s=60).encode("ascii")
+    assert all(LABEL_VALUE_RE.match(v) for v in nfd_labels(None, (finding,), snap).values())
