@@ -52,7 +52,8 @@ def test_config_space_cut_to_64_bytes_is_one_finding_and_a_metric(tmp_path, faul
     cut = [f for f in j.findings if f.code == "pcie.config_space.truncated"]
     assert len(cut) == 1, [(f.code, f.subject) for f in j.findings]
     f = cut[0]
-    assert f.severity == "warning" and j.status == "degraded"
+    # the shipped unit's deliberate choice: said (checks JSON, metric), not judged as sick
+    assert f.severity == "ok" and j.status == ("ok" if not faults else j.status)
     assert "64 bytes" in f.message and "CAP_SYS_ADMIN" in f.message
     assert "ACS" in f.message and "port type" in f.message
     assert "agentd-acs.conf" in f.remediation
@@ -93,6 +94,7 @@ def test_config_space_refused_is_said_too_and_an_absent_file_is_not(tmp_path):
     snap, cfg = _collect(root)
     [f] = [f for f in judge(snap, (), cfg, None).findings if f.code == "pcie.config_space.truncated"]
     assert "could not be read" in f.message and "refused" in f.message
+    assert f.severity == "warning"  # not the default unit's 64 bytes: unexpected
     # Trees without config files (fixtures, some containers' sysfs views) say nothing.
     for c in cfgs:
         c.rmdir()
