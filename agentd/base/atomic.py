@@ -49,6 +49,19 @@ def _not_regular(path: Path | str, mode: int) -> NotRegularFile:
     return NotRegularFile(f"{path} is {kind}, not a regular file")
 
 
+def read_fd(fd: int, max_bytes: int, chunk: int = 1 << 20) -> bytes:
+    """At most ``max_bytes`` from an open file descriptor, until end of file."""
+    chunks: list[bytes] = []
+    left = max_bytes
+    while left > 0:
+        b = os.read(fd, min(left, chunk))
+        if not b:
+            break
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
 def read_regular(path: Path | str, max_bytes: int = 4 << 20) -> bytes:
     """The first ``max_bytes`` of the regular file at ``path``. Opens with ``O_NONBLOCK``
     and checks the type before reading, so a FIFO raises ``NotRegularFile`` at once instead
@@ -58,15 +71,7 @@ def read_regular(path: Path | str, max_bytes: int = 4 << 20) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(path, st.st_mode)
-        chunks: list[bytes] = []
-        left = max_bytes
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, max_bytes)
     finally:
         os.close(fd)
 

@@ -24,6 +24,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentd.base.atomic import read_fd
 from agentd.model import ReadError, ReadErrorKind
 
 MAX_ATTR_BYTES = 64 * 1024  # sysfs attributes are at most a page; procfs files we read are small
@@ -87,15 +88,7 @@ def read_bounded(path: Path | str, max_bytes: int = MAX_ATTR_BYTES) -> bytes:
     """Read at most max_bytes, refusing a symlink as the last component."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        chunks = []
-        left = max_bytes
-        while left > 0:
-            b = os.read(fd, min(left, 65536))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-        return b"".join(chunks)
+        return read_fd(fd, max_bytes, 65536)
     finally:
         os.close(fd)
 
