@@ -21,9 +21,10 @@ from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.bench_schedule import BenchScheduler
+from agentd.daemon.connections import ServerLimits
 from agentd.daemon.events import UdevWatcher
 from agentd.daemon.health import status_line
-from agentd.daemon.http import HttpServer, ServerLimits, build_app, web_options
+from agentd.daemon.http import HttpServer, build_app, web_options
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
 from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State

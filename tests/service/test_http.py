@@ -10,7 +10,8 @@ import socket
 import aiohttp
 import pytest
 
-from agentd.daemon.http import ServerLimits, accepts_gzip, build_app, parse_listen, start_server
+from agentd.daemon.connections import ServerLimits
+from agentd.daemon.http import accepts_gzip, build_app, parse_listen, start_server
 from agentd.daemon.state import State
 from tests.support import service_snapshots as fixtures
 
