@@ -1,4 +1,11 @@
-"""Host identity: hostname, architecture, CPU, NUMA nodes, virtualization, loaded modules."""
+"""Host identity: hostname, architecture, CPU, NUMA nodes, virtualization, loaded modules.
+
+Architecture, as ``uname -m`` names it, comes from ``proc/sys/kernel/arch`` (Linux >= 6.1),
+else from uname(2) on a live root, else from the layout of ``proc/cpuinfo``
+(``arch_from_cpuinfo``): kernels before 6.1 (Ubuntu 22.04's 5.15, RHEL 8/9) read from a
+root that is not live have nothing else. The CPU facts are recorded as the kernel prints
+them; what NCCL makes of them is agentd.nccl.topo's business.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ CPUINFO_MAX_BYTES = 256 * 1024
 MODULES_MAX_BYTES = 1024 * 1024
 
 _NODE_DIR = re.compile(r"^node(\d+)$")
+_POWER_GEN = re.compile(r"^POWER(\d+)")
 # DMI sys_vendor -> hypervisor, as systemd-detect-virt names them (case-insensitive prefix).
 # EC2 Nitro and Google Compute Engine are KVM-based.
 _DMI_VENDORS = (
@@ -55,6 +63,39 @@ def parse_cpuinfo(text: str) -> dict[str, str]:
             seen_processor = True
         out.setdefault(key, value.strip())
     return out
+
+
+def arch_from_cpuinfo(cpu: dict[str, str]) -> str | None:
+    """The machine name ``uname -m`` gives, told from the first block of /proc/cpuinfo
+    (``parse_cpuinfo``) by the lines each architecture's kernel prints; None when the
+    layout does not say.
+
+    - x86 (arch/x86/kernel/cpu/proc.c): ``vendor_id``, ``cpu family`` and ``flags`` lines,
+      whatever the vendor (GenuineIntel, AuthenticAMD, HygonGenuine, CentaurHauls, ...).
+      ``lm`` (long mode) in flags: ``x86_64``. Without it the kernel may be i386..i686: None.
+      (A 32-bit kernel on a 64-bit CPU still shows ``lm``; no GPU node runs one.)
+    - arm64 (arch/arm64/kernel/cpuinfo.c): ``CPU implementer`` with ``CPU architecture: 8``,
+      which an arm64 kernel prints for every ARMv8/v9 core (early ones: ``AArch64``);
+      32-bit ARM kernels print 7 or lower: None.
+    - powerpc (arch/powerpc/kernel/setup-common.c): ``cpu : POWERn...``. The byte order
+      is nowhere in cpuinfo, so ppc64 and ppc64le cannot be told apart. POWER8 and later:
+      ``ppc64le``, the only POWER port NVIDIA's driver and CUDA exist for (and what every
+      current distribution ships); POWER7 and older cannot run little-endian Linux:
+      ``ppc64``. NCCL names both ``ppc64``, so its topology file is right either way.
+    - s390 (arch/s390/kernel/processor.c): ``vendor_id : IBM/S390``; ``zarch`` in features:
+      ``s390x``.
+    """
+    vendor = cpu.get("vendor_id", "")
+    if vendor == "IBM/S390":
+        return "s390x" if "zarch" in cpu.get("features", "").split() else None
+    if vendor and "cpu family" in cpu and "flags" in cpu:
+        return "x86_64" if "lm" in cpu["flags"].split() else None
+    if "CPU implementer" in cpu:
+        return "aarch64" if cpu.get("CPU architecture") in ("8", "AArch64") else None
+    m = _POWER_GEN.match(cpu.get("cpu", ""))
+    if m:
+        return "ppc64le" if int(m.group(1)) >= 8 else "ppc64"
+    return None
 
 
 def _int(s: str | None) -> int | None:
@@ -109,14 +150,16 @@ def parse_proc_modules(text: str) -> tuple[str, ...]:
 
 def read_system(ctx: ReadContext) -> SystemInfo:
     """Never raises; absent files leave their fields None."""
-    arch = ctx.text(ARCH) or None
-    if arch is None and ctx.host.is_live:
-        arch = os.uname().machine
-
     cpu: dict[str, str] = {}
     raw = ctx.raw(CPUINFO, max_bytes=CPUINFO_MAX_BYTES)
     if raw is not None:
         cpu = parse_cpuinfo(raw.decode("utf-8", "replace"))
+
+    arch = ctx.text(ARCH) or None
+    if arch is None and ctx.host.is_live:
+        arch = os.uname().machine
+    if arch is None:
+        arch = arch_from_cpuinfo(cpu)
     vendor = cpu.get("vendor_id") or None  # x86 only; arm64 has "CPU implementer"
     family = _int(cpu.get("cpu family")) if vendor else None
     model = _int(cpu.get("model")) if vendor else None

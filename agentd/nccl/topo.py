@@ -34,9 +34,15 @@ ALLOWED_LINK_SPEEDS = (
     "2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe", "64.0 GT/s PCIe",
 )
 _CANONICAL_SPEED = {2.5: "2.5 GT/s PCIe", 5.0: "5.0 GT/s PCIe", 8.0: "8.0 GT/s PCIe", 16.0: "16.0 GT/s PCIe", 32.0: "32.0 GT/s PCIe", 64.0: "64.0 GT/s PCIe"}
+# uname machine name -> NCCL's cpu arch, the name of the target NCCL was built for
+# (src/graph/xml.cc ncclTopoGetXmlFromCpu: __PPC__ ppc64, __aarch64__ arm64, __x86_64__ x86_64).
 ARCH_NAMES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64", "ppc64": "ppc64"}
+# The CPUID vendor strings NCCL knows (src/graph/topo.cc kvDictCpuVendor), spaces included:
+# NCCL writes CPUID's 12 bytes as they are, while /proc/cpuinfo's value comes trimmed
+# (Zhaoxin's "  Shanghai  " reads "Shanghai"), so the snapshot's vendor is looked up trimmed.
 X86_VENDORS = ("GenuineIntel", "AuthenticAMD", "CentaurHauls", "  Shanghai  ")
 NEEDS_FAMILY_MODEL = ("GenuineIntel", "CentaurHauls", "  Shanghai  ")
+_NCCL_VENDOR = {v.strip(): v for v in X86_VENDORS}
 
 
 @dataclass(frozen=True)
@@ -132,9 +138,9 @@ def _cpu_attrs(snapshot: NodeSnapshot, numa: int | None) -> list[tuple[str, str]
         attrs.append(("affinity", cpumap.strip()))
     attrs.append(("arch", arch))
     if arch == "x86_64":
-        vendor = sysinfo.cpu_vendor
-        if vendor not in X86_VENDORS:
-            raise _Skip(f"CPU vendor {vendor!r} unknown (NCCL needs cpu vendor on x86_64)")
+        vendor = _NCCL_VENDOR.get((sysinfo.cpu_vendor or "").strip())
+        if vendor is None:
+            raise _Skip(f"CPU vendor {sysinfo.cpu_vendor!r} unknown (NCCL needs cpu vendor on x86_64)")
         attrs.append(("vendor", vendor))
         if sysinfo.cpu_family is not None and sysinfo.cpu_model is not None:
             attrs += [("familyid", str(sysinfo.cpu_family)), ("modelid", str(sysinfo.cpu_model))]

@@ -120,6 +120,14 @@ def test_arm64_cpu_has_no_x86_keys_and_unknown_numa_is_minus_one():
     assert check_topo_xml(xml) == []
 
 
+def test_cpu_vendor_as_cpuid_spells_it():
+    # /proc/cpuinfo prints Zhaoxin's CPUID vendor "  Shanghai  " trimmed; NCCL matches the 12 bytes
+    snap = _single_gpu([pci(bdf(0x01), 0x030200, (), 0)], bdf(0x01), sysinfo=SystemInfo(arch="x86_64", cpu_vendor="Shanghai", cpu_family=7, cpu_model=91))
+    xml = render(snap)
+    assert 'arch="x86_64" vendor="  Shanghai  " familyid="7" modelid="91"' in xml
+    assert check_topo_xml(xml) == []
+
+
 def test_no_file_when_facts_are_missing():
     snap = ib_node()
     assert build_topo(snap.model_copy(update={"gpus": ()}), roles_for(snap)).reason == "the node has no GPUs"
