@@ -105,7 +105,7 @@ def _host(config: AgentConfig) -> HostRoot:
         raise UsageError(f"host root {root} has no sys/ directory (expected sysfs at {root / 'sys'})") from None
     except OSError as e:
         raise UsageError(f"host root {root} cannot be read: {e.strerror or e}") from None
-    return HostRoot.at(root)
+    return HostRoot.at(root, config.host_mode)
 
 
 def _collect(config: AgentConfig, *, rate_window: bool) -> tuple[NodeSnapshot, tuple[NodeSnapshot, ...]]:

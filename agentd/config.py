@@ -194,6 +194,7 @@ class BenchSettings(Section):
 
 class AgentConfig(Section):
     host_root: Path = Field(Path("/"), description="Root of the host filesystem (sysfs under host_root/sys); '/' on a node, the mount point in a container.")
+    host_mode: Literal["auto", "live", "offline", "simulated"] = Field("auto", description="Which kernel answers for host_root. auto: live when its boot id is the running kernel's ('/', a container's /host), offline for a capture or a copied tree (recorded answers only), simulated for a simulator tree (docs/capture.md).")
     listen: str = Field("127.0.0.1:9478", description="HOST:PORT of the HTTP server; loopback by default.")
     log_format: Literal["auto", "json", "console"] = Field("auto", description="auto: JSON when stderr is not a TTY.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"

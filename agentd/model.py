@@ -315,6 +315,8 @@ class Gpu(Record):
 class NodeSnapshot(Record):
     taken_at: float  # unix time the collection finished
     host_root: str
+    host_mode: Literal["live", "offline", "simulated"] | None = None  # which kernel answered (agentd.host.fs.HostRoot)
+    host_mode_reason: str | None = None
     system: SystemInfo = SystemInfo()
     pci: tuple[PciDevice, ...] = ()
     gpus: tuple[Gpu, ...] = ()

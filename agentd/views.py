@@ -14,6 +14,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str,
     netdev_mtu = {n.name: n.mtu for n in snap.netdevs}
     return {
         "host_root": snap.host_root,
+        "host_mode": {"mode": snap.host_mode, "reason": snap.host_mode_reason},
         "taken_at": snap.taken_at,
         "system": snap.system.model_dump(mode="json"),
         "gpus": [
@@ -88,6 +89,7 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     out: list[str] = []
     sysi = snap.system
     out.append(f"node {_s(sysi.hostname)}  root {snap.host_root}  arch {_s(sysi.arch)}  numa nodes {len(sysi.numa_nodes)}  virt {_s(sysi.virtualization)}")
+    out.append(f"mode {_s(snap.host_mode)}: {_s(snap.host_mode_reason)}")
     g = snap.gdr
     out.append(
         f"driver {_s(g.nvidia_driver_version)} ({'open' if g.nvidia_open_module else 'proprietary' if g.nvidia_open_module is False else 'unknown'} module)  "

@@ -100,4 +100,5 @@ def test_live_root_flags(tmp_path):
     h = HostRoot.at(tmp_path)
     assert not h.is_live and not h.is_simulated
     (tmp_path / ".agentd-sim").mkdir()
-    assert h.is_simulated
+    assert not h.is_simulated  # the mode is decided when the root is opened
+    assert HostRoot.at(tmp_path).is_simulated

@@ -22,7 +22,7 @@ from agentd.sim.tree import restore_path, snapshot_tree
 from tests.support.fixtures import OUTPUTS
 
 PROFILES = sorted(sim.PROFILES)
-MARKER = ".agentd-sim/profile.json"
+MARKER = ".agentd/simulation.json"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_profile_builds_with_its_inventory(roots, profile):
     gpus = [d for d in os.listdir(root / "sys/bus/pci/devices") if (root / "sys/bus/pci/devices" / d / "class").read_text().startswith("0x0302")]
     assert sorted(gpus) == prof.gpu_bdfs and len(gpus) == {"pcie-4gpu": 4}.get(profile, 8)
     assert sorted(os.listdir(root / "sys/class/infiniband")) == sorted(h.name for h in prof.hcas)
-    nvml = json.loads((root / ".agentd-sim/nvml.json").read_text())
+    nvml = json.loads((root / ".agentd/nvml.json").read_text())
     assert [g["pci_bus_id"] for g in nvml["gpus"]] == prof.gpu_bdfs
     assert {len(g["nvlinks"]) for g in nvml["gpus"]} == {prof.nvlinks_per_gpu}
     assert (root / "sys/module/nvidia_peermem/version").read_text() == "550.90.07\n"
@@ -142,9 +142,9 @@ def test_netdevs_ethtool_and_dcb(roots):
     assert (net / "eno1/mtu").read_text() == "1500\n"
     ib = roots("h100-ib") / "sys/class/net/ib3"
     assert (ib / "type").read_text() == "32\n" and (ib / "mtu").read_text() == "4092\n"
-    stats = parse_ethtool((root / ".agentd-sim/ethtool/ens1np0").read_text())
+    stats = parse_ethtool((root / ".agentd/ethtool/ens1np0").read_text())
     assert {"rx_prio3_pause", "tx_prio7_pause_duration", "rx_vport_rdma_unicast_bytes", "rx_discards_phy", "tx_discards_phy"} <= set(stats)
-    assert (root / ".agentd-sim/dcb/ens1np0").read_text() == (OUTPUTS / "mlnx_qos.eth4-roce-trust-dscp-pfc3.txt").read_text()
+    assert (root / ".agentd/dcb/ens1np0").read_text() == (OUTPUTS / "mlnx_qos.eth4-roce-trust-dscp-pfc3.txt").read_text()
     assert format_mlnx_qos(3) == (OUTPUTS / "mlnx_qos.eth4-roce-trust-dscp-pfc3.txt").read_text()
 
 
@@ -249,7 +249,7 @@ def test_fault_effects(tmp_path):
 
 def test_nvml_and_gdr_faults(tmp_path):
     r = sim.build_tree("h100-roce", tmp_path / "n")
-    nvml = lambda: json.loads((r / ".agentd-sim/nvml.json").read_text())  # noqa: E731
+    nvml = lambda: json.loads((r / ".agentd/nvml.json").read_text())  # noqa: E731
     sim.apply_fault(r, "nvlink_down@gpu3=7")
     sim.apply_fault(r, "nvlink_down@gpu3:2")
     assert [l["link"] for l in nvml()["gpus"][3]["nvlinks"] if l["state"] == "down"] == [2, 7]
@@ -265,16 +265,16 @@ def test_nvml_and_gdr_faults(tmp_path):
     assert next(g for g in doc["gpus"] if g["pci_bus_id"] == "0000:b9:00.0")["error"] == "GPU is lost"
     for spec in sim.applied_faults(r):
         sim.clear_fault(r, spec)
-    assert nvml() == json.loads((pristine_root("h100-roce") / ".agentd-sim/nvml.json").read_text())
+    assert nvml() == json.loads((pristine_root("h100-roce") / ".agentd/nvml.json").read_text())
     sim.apply_fault(r, "no_gdr")
     assert "Open" not in (r / "proc/driver/nvidia/version").read_text() and not (r / "sys/module/nvidia_peermem").exists()
     assert "nvidia_peermem" not in (r / "proc/modules").read_text() and "(POE)" in (r / "proc/modules").read_text()
     sim.apply_fault(r, "pause_storm@ens2np0")
     sim.apply_fault(r, "pause_storm@mlx5_1=5")
-    assert parse_ethtool((r / ".agentd-sim/ethtool/ens2np0").read_text())["rx_prio3_pause"] == 2112 + 10**7 + 5
+    assert parse_ethtool((r / ".agentd/ethtool/ens2np0").read_text())["rx_prio3_pause"] == 2112 + 10**7 + 5
     sim.apply_fault(r, "nic_removed@mlx5_6")
     assert not (r / "sys/class/infiniband/mlx5_6").exists() and not (r / "sys/class/net/ens7np0").exists()
-    assert not (r / "sys/bus/pci/devices/0000:c9:00.0").exists() and not (r / ".agentd-sim/dcb/ens7np0").exists()
+    assert not (r / "sys/bus/pci/devices/0000:c9:00.0").exists() and not (r / ".agentd/dcb/ens7np0").exists()
     sim.clear_fault(r, "nic_removed@ens7np0")
     assert os.path.realpath(r / "sys/class/infiniband/mlx5_6/device") == os.path.realpath(r / "sys/bus/pci/devices/0000:c9:00.0")
 

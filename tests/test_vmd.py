@@ -83,7 +83,7 @@ def remove_gpu(root: Path, bdf: str) -> None:
     link = root / "sys/bus/pci/devices" / bdf
     shutil.rmtree(link.resolve())
     link.unlink()
-    nvml = root / ".agentd-sim/nvml.json"
+    nvml = root / ".agentd/nvml.json"
     data = json.loads(nvml.read_text())
     data["gpus"] = [g for g in data["gpus"] if g["pci_bus_id"] != bdf]
     for i, g in enumerate(data["gpus"]):

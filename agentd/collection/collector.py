@@ -167,7 +167,7 @@ def _gpus(pci_devs: tuple[PciDevice, ...], hcas: tuple[Hca, ...], nv: NvmlInfo) 
     return tuple(sorted(gpus, key=lambda g: (g.index, g.pci_bus_id)))
 
 
-def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float) -> NodeSnapshot:
+def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float, *, host_mode: Literal["live", "offline", "simulated"] | None = None, host_mode_reason: str | None = None) -> NodeSnapshot:
     pci_devs = _data(outputs, "pci")
     pci_numa = {d.bdf: d.numa_node for d in pci_devs}
     hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
@@ -182,6 +182,8 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
     return NodeSnapshot(
         taken_at=taken_at,
         host_root=host_root,
+        host_mode=host_mode,
+        host_mode_reason=host_mode_reason,
         system=_data(outputs, "system"),
         pci=pci_devs,
         gpus=_gpus(pci_devs, hcas, nv),
@@ -291,7 +293,8 @@ class Collector:
         return done
 
     def snapshot(self, taken_at: float | None = None) -> NodeSnapshot:
-        return assemble(self.outputs, str(self.host.root), time.time() if taken_at is None else taken_at)
+        h = self.host
+        return assemble(self.outputs, str(h.root), time.time() if taken_at is None else taken_at, host_mode=h.mode, host_mode_reason=h.mode_reason)
 
     def with_config(self, config: AgentConfig) -> Collector:
         return replace(self, config=config)

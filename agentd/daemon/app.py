@@ -95,7 +95,7 @@ def main_run(args: Any) -> int:
         print(f"agentd: host root {config.host_root} has no sys/ directory", file=sys.stderr)
         return 3
     try:
-        return asyncio.run(run_daemon(config, config_path=args.config, host=HostRoot.at(config.host_root), overrides=overrides))
+        return asyncio.run(run_daemon(config, config_path=args.config, host=HostRoot.at(config.host_root, config.host_mode), overrides=overrides))
     except KeyboardInterrupt:
         return 0
 

@@ -225,7 +225,7 @@ class Daemon:
             middlewares, ssl_context = await asyncio.to_thread(web_options, new)
         except ConfigError as e:
             return self._reload_failed(str(e))
-        fixed = {k: getattr(old, k) for k in ("listen", "host_root") if getattr(new, k) != getattr(old, k)}
+        fixed = {k: getattr(old, k) for k in ("listen", "host_root", "host_mode") if getattr(new, k) != getattr(old, k)}
         if fixed:
             self.log.warning("config.reload_needs_restart", keys=sorted(fixed), effect="kept the running values")
             new = new.model_copy(update=fixed)
@@ -299,7 +299,7 @@ class Daemon:
         except (OSError, ConfigError) as e:
             self.log.error("http.start_failed", listen=cfg.listen, error=str(e) if isinstance(e, ConfigError) else (e.strerror or str(e)))
             return 1
-        self.log.info("agentd.started", listen=cfg.listen, host_root=str(self.host.root), tls=ssl_context is not None, intervals=cfg.intervals.model_dump())
+        self.log.info("agentd.started", listen=cfg.listen, host_root=str(self.host.root), host_mode=self.host.mode, host_mode_reason=self.host.mode_reason, tls=ssl_context is not None, intervals=cfg.intervals.model_dump())
         if on_listening is not None:
             on_listening(self.addresses)
         signals = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self._on_sighup}

@@ -1,6 +1,7 @@
 """Priority flow control configuration per netdev.
 
-Live (host root ``/``): rtnetlink DCB, the request ``dcb pfc show`` / ``lldptool`` make:
+Live (the running kernel's root, ``/`` or a container's ``/host``; the netns agentd runs
+in must be the host's): rtnetlink DCB, the request ``dcb pfc show`` / ``lldptool`` make:
 RTM_GETDCB with ``struct dcbmsg {family=AF_UNSPEC, cmd=DCB_CMD_IEEE_GET}`` and
 DCB_ATTR_IFNAME. The reply's DCB_ATTR_IEEE nest carries DCB_ATTR_IEEE_PFC
 (``struct ieee_pfc``; bit i of pfc_en = PFC on priority i) and, on kernels >= 6.3 with a
@@ -8,8 +9,8 @@ driver that implements it, DCB_ATTR_DCB_APP_TRUST_TABLE (trusted selectors, high
 precedence first). Without a trust table (mlx5 implements none), DSCP entries in the APP
 table mean DSCP trust. Netdevs without DCB support answer EOPNOTSUPP: no entry, no error.
 
-Simulated: ``.agentd-sim/dcb/<if>`` holds ``mlnx_qos -i <if>`` output. A copied sysfs
-tree without ``.agentd-sim/`` has no DCB data: ``{}``.
+Recorded (a capture or a simulated node): ``.agentd/dcb/<if>`` holds ``mlnx_qos -i <if>``
+output (docs/capture.md). A root without recorded answers has no DCB data: ``{}``.
 """
 
 from __future__ import annotations
@@ -252,10 +253,10 @@ def parse_mlnx_qos(text: str) -> PfcConfig | None:
     return None
 
 
-def _read_sim(ctx: ReadContext, names: Sequence[str]) -> dict[str, PfcConfig]:
+def _read_recorded(ctx: ReadContext, names: Sequence[str]) -> dict[str, PfcConfig]:
     out: dict[str, PfcConfig] = {}
     for name in names:
-        path = f".agentd-sim/dcb/{name}"
+        path = f"{ctx.host.answers}/dcb/{name}"
         if not valid_ifname(name):
             ctx.error(path, "unreadable", "invalid interface name")
             continue
@@ -274,6 +275,6 @@ def read_pfc(ctx: ReadContext, names: Sequence[str]) -> dict[str, PfcConfig]:
     """``{netdev: PfcConfig}`` for the DCB-capable netdevs among ``names``. Never raises."""
     if ctx.host.is_live:
         return _read_live(ctx, names)
-    if ctx.host.is_simulated:
-        return _read_sim(ctx, names)
+    if ctx.host.answers is not None:
+        return _read_recorded(ctx, names)
     return {}

@@ -1,11 +1,12 @@
 """NIC statistics (``ethtool -S``) for a list of netdevs.
 
-Live (host root ``/``): the SIOCETHTOOL ioctl, exactly what ``ethtool -S`` does:
+Live (the running kernel's root, ``/`` or a container's ``/host``; the ioctl names a
+netdev in agentd's own netns, so a container needs the host's): the SIOCETHTOOL ioctl, exactly what ``ethtool -S`` does:
 ETHTOOL_GSSET_INFO for the number of ETH_SS_STATS strings (older drivers: n_stats of
 ETHTOOL_GDRVINFO), ETHTOOL_GSTRINGS for the names, ETHTOOL_GSTATS for the u64 values.
-No subprocess. Under a simulated root the file ``.agentd-sim/ethtool/<if>`` holds the text
-``ethtool -S <if>`` prints. A copied sysfs tree without ``.agentd-sim/`` has no ethtool
-data: the reader answers ``{}`` and records nothing.
+No subprocess. Under a recorded root (a capture or a simulated node) the file
+``.agentd/ethtool/<if>`` holds the text ``ethtool -S <if>`` prints (docs/capture.md). A
+root without recorded answers has no ethtool data: the reader answers ``{}`` quietly.
 
 Names are kept raw (mlx5 ``rx_prio3_pause``, ``rx_vport_rdma_unicast_bytes``; ice
 ``rx_priority_3_xoff.nic``). ``pfc_counters`` and ``ecn_counters`` pick out the ones the
@@ -192,10 +193,10 @@ def parse_ethtool_s(text: str) -> dict[str, int] | None:
     return out
 
 
-def _read_sim(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, int]]:
+def _read_recorded(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for name in names:
-        path = f".agentd-sim/ethtool/{name}"
+        path = f"{ctx.host.answers}/ethtool/{name}"
         if not valid_ifname(name):
             ctx.error(path, "unreadable", "invalid interface name")
             continue
@@ -216,8 +217,8 @@ def read_ethtool(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, 
     """``{netdev: {stat name: value}}`` for the netdevs that answered. Never raises."""
     if ctx.host.is_live:
         return _read_live(ctx, names)
-    if ctx.host.is_simulated:
-        return _read_sim(ctx, names)
+    if ctx.host.answers is not None:
+        return _read_recorded(ctx, names)
     return {}
 
 

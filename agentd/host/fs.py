@@ -21,9 +21,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, cast
 
+from agentd.base import recorded
 from agentd.base.atomic import read_fd
 from agentd.model import ReadError, ReadErrorKind
 
@@ -39,28 +42,57 @@ class ReadFailure(Exception):
         self.errno = err
 
 
+HostMode = Literal["live", "offline", "simulated"]
+HOST_MODES: tuple[str, ...] = ("auto", "live", "offline", "simulated")
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+
+
 @dataclass(frozen=True)
 class HostRoot:
-    """The root a node image lives under. ``rel`` paths are relative to it ("sys/class/net")."""
+    """The root a node image lives under. ``rel`` paths are relative to it ("sys/class/net").
+
+    ``mode`` says which kernel answers, apart from where the files are (DESIGN.md 3):
+    ``live`` (the root's kernel is the running one: NVML, ioctls, netlink, uname),
+    ``offline`` (a capture or a copied tree: only recorded answers) or ``simulated``.
+    ``mode_reason`` says why, for ``agentd inspect``. ``answers`` is the directory of
+    recorded answers (agentd.base.recorded) relative to the root, or None. Built by
+    ``HostRoot.at``; ``HostRoot(path)`` alone detects the mode the same way.
+    """
 
     root: Path
+    mode: HostMode | None = None  # None: detect (``detect_mode``)
+    mode_reason: str = ""
+    answers: str | None = None
+    manifest: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mode is None:
+            mode, reason, answers, manifest = detect_mode(self.root)
+            for k, v in (("mode", mode), ("mode_reason", reason), ("answers", answers), ("manifest", manifest)):
+                object.__setattr__(self, k, v)
 
     @classmethod
-    def at(cls, root: str | os.PathLike[str]) -> "HostRoot":
-        return cls(Path(os.path.realpath(root)))
+    def at(cls, root: str | os.PathLike[str], mode: str = "auto") -> "HostRoot":
+        """The host root at ``root`` (symlinks resolved), its mode detected (``auto``) or
+        as configured (``live``, ``offline``, ``simulated``)."""
+        real = Path(os.path.realpath(root))
+        return cls(real, *detect_mode(real, mode))
 
     @property
     def is_live(self) -> bool:
-        """True when reading the running system's own root (real NVML, ioctls, netlink)."""
-        return self.root == Path("/")
-
-    @property
-    def sim_dir(self) -> Path:
-        return self.root / ".agentd-sim"
+        """True when the running kernel answers for this root (real NVML, ioctls, netlink)."""
+        return self.mode == "live"
 
     @property
     def is_simulated(self) -> bool:
-        return self.sim_dir.is_dir()
+        return self.mode == "simulated"
+
+    def recorded(self, name: str) -> str | None:
+        """Root-relative path of a recorded answer (``nvml.json``, ``ethtool/eth0``), or
+        None when this root has none (live roots ask the kernel instead)."""
+        if self.answers is None or self.mode == "live":
+            return None
+        return f"{self.answers}/{name}"
 
     def abs(self, rel: str | os.PathLike[str]) -> Path:
         return self.root / str(rel).lstrip("/")
@@ -82,6 +114,70 @@ class HostRoot:
         if not self.contains(real):
             raise ReadFailure("escape", f"{rel} resolves outside the host root to {real}")
         return Path(real)
+
+
+def _read_small(path: Path, max_bytes: int) -> bytes | None:
+    try:
+        return read_bounded(path, max_bytes)
+    except OSError:
+        return None
+
+
+def _boot_id(root: Path) -> str | None:
+    """The boot id under ``root``, read with its directories confined to the root."""
+    ctx = ReadContext(HostRoot(root, "offline", "probe"), "host")
+    text = ctx.text(BOOT_ID)
+    return text.strip() or None if text else None
+
+
+def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str | None]:
+    """(answers dir, manifest, problem) of a root: ``.agentd/`` with a manifest this agentd
+    reads, else the older simulator layout ``.agentd-sim/``."""
+    data = _read_small(root / recorded.MANIFEST, recorded.MANIFEST_MAX_BYTES)
+    if data is not None:
+        try:
+            return recorded.DIR, recorded.parse_manifest(data), None
+        except recorded.ManifestError as e:
+            return None, None, f"{recorded.MANIFEST}: {e}; its recorded answers are not read"
+    if os.path.isdir(root / recorded.LEGACY_DIR) and not os.path.islink(root / recorded.LEGACY_DIR):
+        return recorded.LEGACY_DIR, None, None
+    return None, None, None
+
+
+def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, Any] | None]:
+    """(mode, why, answers dir, manifest) for a resolved root. Never raises.
+
+    ``auto``: a root that holds a recording is what the recording says (a simulation is
+    ``simulated``, a capture ``offline``, even on the node it was taken on); otherwise
+    ``/`` is ``live``, and so is any root whose ``proc/sys/kernel/random/boot_id`` is the
+    running kernel's (a container's bind-mounted ``/host``); anything else is ``offline``.
+    """
+    answers, manifest, problem = _recorded_dir(root)
+    note = f" ({problem})" if problem else ""
+    if wanted not in HOST_MODES:
+        raise ValueError(f"host mode {wanted!r}: expected one of {', '.join(HOST_MODES)}")
+    if wanted != "auto":
+        mode = cast(HostMode, wanted)
+        return mode, f"host_mode = {wanted!r} in the configuration{note}", answers, manifest
+    if manifest is not None and manifest.get("kind") == "simulation":
+        what = f" (profile {manifest['profile']})" if isinstance(manifest.get("profile"), str) else ""
+        return "simulated", f"{answers}/manifest.json: a simulated node{what}", answers, manifest
+    if manifest is None and answers is not None:
+        return "simulated", f"{answers}/: a simulated node (the older layout)", answers, None
+    if manifest is not None:
+        when = manifest.get("created")
+        by = manifest.get("agentd_version")
+        return "offline", f"{answers}/manifest.json: a capture{f' taken {when}' if isinstance(when, str) else ''}{f' by agentd {by}' if isinstance(by, str) else ''}; recorded answers only", answers, manifest
+    if str(root) == "/":
+        return "live", "the host root is /" + note, None, None
+    theirs = _boot_id(root)
+    ours = _read_small(Path("/", BOOT_ID), 4096)
+    running = ours.decode("ascii", "replace").strip() if ours else None
+    if theirs is None:
+        return "offline", f"no {BOOT_ID} under the root: it cannot be the running kernel's{note}", None, None
+    if running is not None and theirs == running:
+        return "live", f"{BOOT_ID} under the root is the running kernel's ({running}){note}", None, None
+    return "offline", f"{BOOT_ID} under the root ({theirs[:36]}) is not the running kernel's: a copy or another node{note}", None, None
 
 
 def read_bounded(path: Path | str, max_bytes: int = MAX_ATTR_BYTES) -> bytes:

@@ -1,9 +1,9 @@
 """Which processes hold a compute context on which GPU (for the benchmark's idle check).
 
-Live (host root ``/``): NVML ``nvmlDeviceGetComputeRunningProcesses`` per GPU, through
+Live (the running kernel's root): NVML ``nvmlDeviceGetComputeRunningProcesses`` per GPU, through
 nvidia-ml-py imported lazily. No library or driver answers ``available=False``.
 
-Simulated root: ``.agentd-sim/nvml.json`` may carry an optional ``processes`` list,
+Recorded root (a capture or a simulated node): ``.agentd/nvml.json`` may carry an optional ``processes`` list,
 ``[{"gpu": 0, "pid": 4242, "name": "python", "used_memory_bytes": 1073741824}]``; absent
 means idle GPUs. Other keys of that file are not looked at here.
 
@@ -15,9 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from agentd.base import recorded
 from agentd.host.fs import HostRoot, ReadContext
-
-SIM_FILE = ".agentd-sim/nvml.json"
 
 
 @dataclass(frozen=True)
@@ -30,24 +29,24 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuProcesses:
-    available: bool  # False: could not ask (no NVML, no simulated answer)
+    available: bool  # False: could not ask (no NVML, no recorded answer)
     processes: tuple[GpuProcess, ...] = ()
     gpus: int | None = None  # GPUs NVML reported
     error: str | None = None
     errors: tuple[str, ...] = field(default_factory=tuple)  # per-GPU query failures
 
 
-def _sim(host: HostRoot) -> GpuProcesses:
+def _recorded(host: HostRoot, path: str) -> GpuProcesses:
     ctx = ReadContext(host, "gpuprocs")
-    text = ctx.text(SIM_FILE, max_bytes=4 * 1024 * 1024)
+    text = ctx.text(path, max_bytes=4 * 1024 * 1024)
     if text is None:
-        return GpuProcesses(available=False, error="no NVML in simulated root")
+        return GpuProcesses(available=False, error=f"no recorded NVML answer ({path}) under this {host.mode} host root")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        return GpuProcesses(available=False, error=f"{SIM_FILE} is not valid JSON: {e}")
+        return GpuProcesses(available=False, error=f"{path} is not valid JSON: {e}")
     if not isinstance(data, dict):
-        return GpuProcesses(available=False, error=f"{SIM_FILE} is not a JSON object")
+        return GpuProcesses(available=False, error=f"{path} is not a JSON object")
     if data.get("init_error"):
         return GpuProcesses(available=False, error=str(data["init_error"]))
     procs: list[GpuProcess] = []
@@ -103,8 +102,9 @@ def gpu_processes(host: HostRoot) -> GpuProcesses:
     try:
         if host.is_live:
             return _live(host)
-        if host.is_simulated:
-            return _sim(host)
+        path = host.recorded(recorded.NVML)
+        if path is not None:
+            return _recorded(host, path)
     except Exception as e:
         return GpuProcesses(available=False, error=f"{type(e).__name__}: {e}")
-    return GpuProcesses(available=False, error="no NVML under a non-live host root")
+    return GpuProcesses(available=False, error=f"no NVML: an {host.mode} host root without recorded answers")

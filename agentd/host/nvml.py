@@ -1,14 +1,15 @@
 """GPUs, NVLinks and fabric state from NVML.
 
-Live (host root ``/``): nvidia-ml-py (``pynvml``), imported lazily so that agentd starts
+Live (the running kernel's root: ``/``, or a container's ``/host``): nvidia-ml-py (``pynvml``), imported lazily so that agentd starts
 on nodes without it. No library or no driver is a normal answer (``available=False``).
 The caller runs this in a worker thread with a timeout: NVML calls can hang on a sick
 driver and cannot be interrupted from Python.
 
-Simulated: ``.agentd-sim/nvml.json`` (schema in docs/simulated-sources.md), validated by
-``SimNvml``; ``hang_s`` makes the reader sleep first (a hung-driver test double) and
-``init_error`` makes it answer as if nvmlInit failed. A non-live, non-simulated root has
-no NVML: ``available=False``, quietly.
+Recorded (a capture or a simulated node): ``.agentd/nvml.json`` (schema in
+docs/simulated-sources.md, format in docs/capture.md), validated by ``SimNvml``;
+``hang_s`` makes the reader sleep first (a hung-driver test double) and ``init_error``
+makes it answer as if nvmlInit failed. A root with no recorded answers has no NVML:
+``available=False``, quietly.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any, Callable
 
 from pydantic import Field, ValidationError, field_validator
 
+from agentd.base import recorded
 from agentd.base.ids import normalize_bdf
 from agentd.host.fs import ReadContext
 from agentd.model import NvLink, NvmlGpu, NvmlInfo
 
-SIM_FILE = ".agentd-sim/nvml.json"
 SIM_MAX_BYTES = 4 * 1024 * 1024
 _sleep = time.sleep  # tests replace this to observe hang_s without waiting
 
@@ -96,25 +97,25 @@ def _validation_detail(e: ValidationError) -> str:
     return "; ".join(parts) + more
 
 
-def _read_sim(ctx: ReadContext) -> NvmlInfo:
-    text = ctx.text(SIM_FILE, max_bytes=SIM_MAX_BYTES)
+def _read_recorded(ctx: ReadContext, path: str) -> NvmlInfo:
+    text = ctx.text(path, max_bytes=SIM_MAX_BYTES)
     if text is None:
-        return NvmlInfo(available=False, error="no NVML in simulated root")
+        return NvmlInfo(available=False, error=f"no recorded NVML answer ({path}) under this {ctx.host.mode} host root")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as e:
         # JSONDecodeError is a ValueError; so is an integer past int()'s digit limit.
         # Nesting deeper than the recursion limit raises RecursionError.
-        ctx.error(SIM_FILE, "unparsable", f"not JSON: {e}")
-        return NvmlInfo(available=False, error=f"{SIM_FILE} is not valid JSON")
+        ctx.error(path, "unparsable", f"not JSON: {e}")
+        return NvmlInfo(available=False, error=f"{path} is not valid JSON")
     try:
         sim = SimNvml.model_validate(data)
     except ValidationError as e:
-        ctx.error(SIM_FILE, "unparsable", _validation_detail(e))
-        return NvmlInfo(available=False, error=f"{SIM_FILE} does not match the schema")
+        ctx.error(path, "unparsable", _validation_detail(e))
+        return NvmlInfo(available=False, error=f"{path} does not match the schema")
     except RecursionError:
-        ctx.error(SIM_FILE, "unparsable", "nested too deeply")
-        return NvmlInfo(available=False, error=f"{SIM_FILE} does not match the schema")
+        ctx.error(path, "unparsable", "nested too deeply")
+        return NvmlInfo(available=False, error=f"{path} does not match the schema")
     if sim.hang_s:
         _sleep(sim.hang_s)
     if sim.init_error is not None:
@@ -302,6 +303,7 @@ def read_nvml(ctx: ReadContext) -> NvmlInfo:
     """NVML inventory, NVLinks and fabric state. Never raises."""
     if ctx.host.is_live:
         return _read_live(ctx)
-    if ctx.host.is_simulated:
-        return _read_sim(ctx)
-    return NvmlInfo(available=False, error="no NVML under a non-live host root")
+    path = ctx.host.recorded(recorded.NVML)
+    if path is not None:
+        return _read_recorded(ctx, path)
+    return NvmlInfo(available=False, error=f"no NVML: an {ctx.host.mode} host root without recorded answers")

@@ -62,7 +62,7 @@ def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:
     if not (root / "sys").is_dir():
         return None, [], None, [f"{root} has no sys/: fabric unknown, no default expectations"]
     try:
-        snap = collect_once(HostRoot.at(root), config)
+        snap = collect_once(HostRoot.at(root, config.host_mode), config)
         j = judge(snap, (), config, None)
         return snap, list(j.findings), list(j.roles.compute), notes
     except Exception as e:

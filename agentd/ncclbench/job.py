@@ -164,7 +164,7 @@ def run_bench_job(
     env, env_file, env_error = _env(config, opts, notes)
     if env_error:
         return BenchOutcome(run=_refused(started, "unavailable", env_error, opts, env_file, now), notes=notes)
-    answer = gpu_query(HostRoot.at(config.host_root))
+    answer = gpu_query(HostRoot.at(config.host_root, config.host_mode))
     gpus = opts.gpus or answer.gpus or (len(snapshot.gpus) if snapshot is not None else 0) or 1
     verdict = check_idle(answer, gpus=range(gpus), force=opts.force)
     if not verdict.ok:

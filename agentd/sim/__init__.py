@@ -11,8 +11,8 @@ Public API::
     FAULT_KINDS, describe_kinds()
 
 A host root written here is what agentd's readers see on a node (DESIGN.md section 3):
-``sys/`` in the kernel's layout with relative symlinks, ``proc/``, and ``.agentd-sim/``
-with ``profile.json`` (profile + applied faults), ``nvml.json`` (NVML answers),
+``sys/`` in the kernel's layout with relative symlinks, ``proc/``, and ``.agentd/``
+with ``manifest.json`` (agentd.base.recorded), ``simulation.json`` (profile + applied faults), ``nvml.json`` (NVML answers),
 ``ethtool/<if>`` (``ethtool -S`` text) and ``dcb/<if>`` (``mlnx_qos -i`` text).
 
 nvml.json schema: ``{"driver_version": "550.90.07", "cuda_driver_version": 12040,

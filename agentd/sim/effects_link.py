@@ -67,7 +67,7 @@ def link_counters_advancing(ctx: Ctx, t: Target, v: object) -> list[str]:
     nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
     out = [f"{ctx.port_dir(t.hca)}/counters/link_downed"] + [f"{nd}/{c}" for c in ("carrier_changes", "carrier_up_count", "carrier_down_count")]  # type: ignore[arg-type]
     if _is_roce(t):
-        out.append(f".agentd-sim/ethtool/{t.netdev}")
+        out.append(f".agentd/ethtool/{t.netdev}")
     return out
 
 
@@ -170,28 +170,28 @@ def ecn_restores(ctx: Ctx, t: Target, prio: object) -> list[str]:
 
 
 def pfc_off_apply(ctx: Ctx, t: Target, v: object) -> None:
-    write_attr(ctx.path(f".agentd-sim/dcb/{t.netdev}"), format_mlnx_qos(None), newline=False)
+    write_attr(ctx.path(f".agentd/dcb/{t.netdev}"), format_mlnx_qos(None), newline=False)
 
 
 def pfc_off_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [f".agentd-sim/dcb/{t.netdev}"]
+    return [f".agentd/dcb/{t.netdev}"]
 
 
 def pause_storm_apply(ctx: Ctx, t: Target, n: int) -> None:
-    _need(ctx, f".agentd-sim/ethtool/{t.netdev}")
+    _need(ctx, f".agentd/ethtool/{t.netdev}")
     p = ctx.profile.roce_priority
     ctx.ethtool_add(t.netdev, {f"rx_prio{p}_pause": n, f"rx_prio{p}_pause_duration": n // 10, f"rx_prio{p}_pause_transition": n // 2})  # type: ignore[arg-type]
 
 
 def ethtool_file(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [f".agentd-sim/ethtool/{t.netdev}"]
+    return [f".agentd/ethtool/{t.netdev}"]
 
 
 ETHTOOL_GARBAGE = b"\x7fELF\x02\x01\x01\x00 ethtool: bad command line argument(s)\n\xff\xfe\x00NIC statis\x00tics:\n     rx_prio3_pause: 1x2\n"
 
 
 def ethtool_failure_apply(ctx: Ctx, t: Target, v: str) -> None:
-    p = ctx.path(f".agentd-sim/ethtool/{t.netdev}")
+    p = ctx.path(f".agentd/ethtool/{t.netdev}")
     if v == "missing":
         remove_path(p)
     else:
@@ -206,8 +206,8 @@ def nic_paths(ctx: Ctx, t: Target, v: object) -> list[str]:
     return pci_device_paths(ctx.layout[t.bdf]) + [  # type: ignore[index]
         f"sys/class/infiniband/{t.hca.name}",  # type: ignore[union-attr]
         f"sys/class/net/{nd}",
-        f".agentd-sim/ethtool/{nd}",
-        f".agentd-sim/dcb/{nd}",
+        f".agentd/ethtool/{nd}",
+        f".agentd/dcb/{nd}",
     ]
 
 

@@ -107,7 +107,7 @@ def nvlink_errors_apply(ctx: Ctx, t: Target, n: int) -> None:
 
 
 def nvml_file(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [".agentd-sim/nvml.json"]
+    return [".agentd/nvml.json"]
 
 
 def gpu_lost_apply(ctx: Ctx, t: Target, v: object) -> None:

@@ -24,7 +24,7 @@ counter *rate* needs two collections: the daemon sees a pause storm or a flap as
 difference between two reads, so apply the fault between collections (applying
 ``pause_storm`` again adds more, i.e. the storm goes on).
 
-``.agentd-sim/profile.json`` records ``{"profile", "faults": [{"spec", "kind", "target",
+``.agentd/simulation.json`` records ``{"profile", "faults": [{"spec", "kind", "target",
 "value"}]}`` with targets and values resolved (defaults filled in).
 """
 
@@ -199,7 +199,7 @@ def clear_fault(root: str | Path, spec: str | Fault) -> Fault:
             else:
                 restore_path(pristine, ctx.root, item)
     if nvml_fields:
-        ctx.restore_nvml(json.loads((pristine / ".agentd-sim/nvml.json").read_text()), nvml_fields)
+        ctx.restore_nvml(json.loads((pristine / ".agentd/nvml.json").read_text()), nvml_fields)
     if matched and kind.on_clear:
         kind.on_clear(ctx, target)
     marker["faults"] = [f for f in marker["faults"] if f not in matched]
@@ -208,13 +208,13 @@ def clear_fault(root: str | Path, spec: str | Fault) -> Fault:
 
 
 def touched_paths(root: str | Path, spec: str | Fault) -> list[str]:
-    """Canonical paths (or ``.agentd-sim/nvml.json``) that clearing this fault restores."""
+    """Canonical paths (or ``.agentd/nvml.json``) that clearing this fault restores."""
     fault = parse_fault(spec)
     ctx, _ = _ctx(root)
     target = _resolve(ctx, fault)
     out = []
     for item in KINDS[fault.kind].restores(ctx, target, _value(ctx, fault, target)):
-        out.append(".agentd-sim/nvml.json" if isinstance(item, NvmlField) else item)
+        out.append(".agentd/nvml.json" if isinstance(item, NvmlField) else item)
     return sorted(set(out))
 
 

@@ -10,10 +10,10 @@ with a few of the tunables beside them.
 
 ifindex order: lo 1, the bootstrap NIC 2, then the HCA netdevs in profile order.
 
-``.agentd-sim/ethtool/<if>`` holds ``ethtool -S <if>`` text (``NIC statistics:`` then
+``.agentd/ethtool/<if>`` holds ``ethtool -S <if>`` text (``NIC statistics:`` then
 ``     name: value``) for every Ethernet netdev with a driver (mlx5 names incl.
 rx/tx_prioN_pause, *_pause_duration, rx_vport_rdma_unicast_bytes, rx/tx_discards_phy,
-link_down_events_phy; a short igb set for eno1). ``.agentd-sim/dcb/<if>`` holds
+link_down_events_phy; a short igb set for eno1). ``.agentd/dcb/<if>`` holds
 ``mlnx_qos -i <if>`` text for each mlx5 Ethernet netdev, in the format of the captured
 att/netarbiter output: trust dscp, PFC on the profile's RoCE priority only.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentd.base import recorded
 from agentd.sim.pci import PciNode
 from agentd.sim.profiles import HcaSpec, Profile
 from agentd.sim.rdma import guid_bytes, mac_of
@@ -135,7 +136,7 @@ IGB_STATS = {"rx_packets": 9_820_114, "tx_packets": 7_220_841, "rx_bytes": 8_120
 
 
 def format_ethtool(stats: dict[str, int]) -> str:
-    return "NIC statistics:\n" + "".join(f"     {k}: {v}\n" for k, v in stats.items())
+    return recorded.format_ethtool_s(stats)
 
 
 def parse_ethtool(text: str) -> dict[str, int]:
@@ -147,19 +148,11 @@ def parse_ethtool(text: str) -> dict[str, int]:
 
 
 def format_mlnx_qos(pfc_priority: int | None) -> str:
-    lines = ["DCBX mode: OS controlled", "Priority trust state: dscp", "dscp2prio mapping:"]
-    for p in range(8):
-        lines.append(f"        prio:{p} dscp:" + "".join(f"{d:02d}," for d in range(8 * p + 7, 8 * p - 1, -1)))
-    lines += ["Cable len: 7", "PFC configuration:", "        priority    0   1   2   3   4   5   6   7"]
-    lines.append("        enabled     " + "".join(f"{1 if p == pfc_priority else 0}   " for p in range(8)))
-    for tc in range(8):
-        prio = {0: 1, 1: 0}.get(tc, tc)
-        lines += [f"tc: {tc} ratelimit: unlimited, tsa: vendor", f"         priority:  {prio}"]
-    return "\n".join(lines) + "\n"
+    return recorded.format_mlnx_qos(() if pfc_priority is None else (pfc_priority,))
 
 
 def write_netdevs(root: Path, profile: Profile, layout: dict[str, PciNode]) -> None:
-    sim = root / ".agentd-sim"
+    sim = root / ".agentd"
     lo = root / "sys/devices/virtual/net/lo"
     lo_attrs = {"ifindex": 1, "iflink": 1, "type": ARPHRD_LOOPBACK, "mtu": 65536, "operstate": "unknown", "carrier": 1, "carrier_changes": 0, "carrier_up_count": 0, "carrier_down_count": 0, "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00", "addr_len": 6, "dev_port": 0, "dev_id": "0x0", "flags": "0x9", "tx_queue_len": 1000}
     _write_netdev(root, lo, "lo", lo_attrs, None)

@@ -11,7 +11,7 @@
   checks); the nvidia line carries taint ``(OE)`` for the open module and ``(POE)`` for
   the proprietary one;
 - ``proc/driver/nvidia/version`` in the open or proprietary module's wording;
-- ``.agentd-sim/nvml.json``: what NVML would answer (schema in agentd.sim).
+- ``.agentd/nvml.json``: what NVML would answer (schema in agentd.sim).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def nvml_data(profile: Profile) -> dict[str, Any]:
 
 
 def write_nvml(root: Path, data: dict[str, Any]) -> None:
-    write_attr(root / ".agentd-sim/nvml.json", json.dumps(data, indent=2))
+    write_attr(root / ".agentd/nvml.json", json.dumps(data, indent=2))
 
 
 def write_node(root: Path, profile: Profile) -> None:

@@ -2,8 +2,9 @@
 pci, the rest in rdma/net/node), and cached once per process by ``pristine_root``, which
 faults read original content from when they resolve targets and when they are cleared.
 
-``MARKER`` (``.agentd-sim/profile.json``) marks a simulator root; it records the profile
-and the applied faults (see agentd.sim.faults).
+``MARKER`` (``.agentd/simulation.json``) marks a simulator root; it records the profile
+and the applied faults (see agentd.sim.faults). ``.agentd/manifest.json`` says the root
+holds recorded answers of kind "simulation" (agentd.base.recorded, docs/capture.md).
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import atexit
 import json
 import shutil
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
+from agentd import __version__
+from agentd.base import recorded
 from agentd.sim import net, node, rdma
 from agentd.sim.pci import pci_layout, write_pci
 from agentd.sim.profiles import PROFILES, Profile
 from agentd.sim.tree import write_attr
 
-MARKER = ".agentd-sim/profile.json"
+MARKER = f"{recorded.DIR}/{recorded.SIMULATION}"
 
 
 def get_profile(name: str) -> Profile:
@@ -37,6 +41,9 @@ def write_profile_tree(profile: Profile, root: Path) -> None:
     net.write_netdevs(root, profile, layout)
     node.write_node(root, profile)
     write_attr(root / MARKER, json.dumps({"profile": profile.name, "faults": []}, indent=2))
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    doc = recorded.manifest("simulation", agentd_version=__version__, created=created, extra={"profile": profile.name})
+    write_attr(root / recorded.MANIFEST, json.dumps(doc, indent=2))
 
 
 _PRISTINE: dict[str, Path] = {}

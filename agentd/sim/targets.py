@@ -4,7 +4,7 @@ Target forms (per kind, see fault_kinds):
 - port:    ``mlx5_0``, ``mlx5_0:1``, or a netdev of an HCA; default the first compute HCA, port 1;
 - netdev:  a netdev name (HCA netdevs, the bootstrap NIC) or an HCA name (its netdev);
 - roce:    like netdev but only mlx5 Ethernet netdevs; default the first of them;
-- ethtool: a netdev with an ``.agentd-sim/ethtool`` file (mlx5 Ethernet, the bootstrap
+- ethtool: a netdev with an ``.agentd/ethtool`` file (mlx5 Ethernet, the bootstrap
            NIC); default the first RoCE netdev, else the bootstrap NIC;
 - gpu:     ``gpuN``, ``N`` or a bus id, optionally ``:LINK`` (NVLink kinds); default gpu0;
 - device:  gpuN, an HCA, a netdev or any PCI bus id in the profile; default gpu0;
@@ -33,7 +33,7 @@ from agentd.sim.profiles import HcaSpec, Profile
 from agentd.sim.rdma import port_dir
 from agentd.sim.tree import write_attr
 
-NVML = ".agentd-sim/nvml.json"
+NVML = ".agentd/nvml.json"
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ Restorable = str | NvmlField
 
 @dataclass(frozen=True)
 class Target:
-    name: str  # canonical form, recorded in profile.json
+    name: str  # canonical form, recorded in simulation.json
     hca: HcaSpec | None = None
     port: int = 1
     netdev: str | None = None
@@ -100,7 +100,7 @@ class Ctx:
 
     # -- ethtool --------------------------------------------------------------
     def ethtool_add(self, netdev: str, deltas: dict[str, int]) -> None:
-        p = self.path(f".agentd-sim/ethtool/{netdev}")
+        p = self.path(f".agentd/ethtool/{netdev}")
         if not p.is_file():
             return  # removed by another fault (ethtool_failure=missing, nic_removed)
         try:

@@ -50,7 +50,7 @@ def node(tmp_path, h100_root):
     class Node:
         config = cfg
         state = tmp_path / "state"
-        nvml = root / ".agentd-sim" / "nvml.json"
+        nvml = root / ".agentd" / "nvml.json"
 
         @staticmethod
         def prints(name: str) -> None:

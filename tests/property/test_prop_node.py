@@ -154,6 +154,9 @@ NVML_KEYS = ["available", "driver_version", "cuda_driver_version", "gpus", "erro
 GPU_KEYS = ["index", "pci_bus_id", "name", "uuid", "nvlinks", "fabric_state", "fabric_status", "error"]
 
 
+SIM_FILE = ".agentd-sim/nvml.json"  # the older simulator layout, still read (agentd.base.recorded)
+
+
 @pytest.fixture(scope="module")
 def sim_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("nvmlroot")
@@ -170,7 +173,7 @@ def valid_nvml() -> dict[str, Any]:
 
 
 def read_nvml(root: Path, text: str) -> tuple[NvmlInfo, ReadContext]:
-    (root / nvml.SIM_FILE).write_text(text)
+    (root / SIM_FILE).write_text(text)
     ctx = ReadContext(HostRoot.at(root), "nvml")
     with mock.patch.object(nvml, "_sleep", lambda s: None):  # hang_s must not really sleep
         return nvml.read_nvml(ctx), ctx
@@ -195,7 +198,7 @@ def _mutate(data: Any, path: list[int], value: Any) -> Any:
 
 def _check(info: NvmlInfo, ctx: ReadContext) -> None:
     assert isinstance(info, NvmlInfo)
-    assert all(e.kind == "unparsable" and e.path == nvml.SIM_FILE for e in ctx.errors)
+    assert all(e.kind == "unparsable" and e.path == SIM_FILE for e in ctx.errors)
     if ctx.errors:  # a file that does not parse: no NVML, and the answer says why
         assert not info.available and info.error
 

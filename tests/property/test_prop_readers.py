@@ -37,7 +37,7 @@ def _files(root: Path) -> list[str]:
     for dirpath, _, names in os.walk(root):
         for n in names:
             p = Path(dirpath, n)
-            if not p.is_symlink() and p.name != "profile.json":
+            if not p.is_symlink() and p.name not in ("simulation.json", "manifest.json"):
                 out.append(str(p.relative_to(root)))
     return sorted(out)
 
@@ -200,7 +200,7 @@ def _add_entry(root: Path, place: str, name: bytes) -> list[tuple[bytes, bytes |
         os.symlink(b"../../devices/virtual/net/" + name, r + b"/sys/class/net/" + name)
         undo.append((r + b"/sys/class/net/" + name, None))
         for tool in (b"ethtool", b"dcb"):  # the simulated node's answers, by netdev name
-            file(r + b"/.agentd-sim/" + tool + b"/" + name, open(r + b"/.agentd-sim/" + tool + b"/ens1np0", "rb").read())
+            file(r + b"/.agentd/" + tool + b"/" + name, open(r + b"/.agentd/" + tool + b"/ens1np0", "rb").read())
     elif place == "hca":
         link(r + b"/sys/class/infiniband/" + name, r + b"/sys/class/infiniband/mlx5_0")
     elif place == "pci":
@@ -248,7 +248,7 @@ def check_outputs(snap: NodeSnapshot) -> dict[str, Any]:
 def test_odd_names_cost_no_probe_and_every_output_renders(trees: dict, place: str, name: bytes) -> None:
     root, _files = trees["h100-roce"]
     path = root / "sys/class/net" / os.fsdecode(name)
-    assume(not (place == "netdev" and (os.path.lexists(path) or os.path.lexists(root / ".agentd-sim/ethtool" / os.fsdecode(name)))))
+    assume(not (place == "netdev" and (os.path.lexists(path) or os.path.lexists(root / ".agentd/ethtool" / os.fsdecode(name)))))
     assume(not (place == "hca" and os.path.lexists(root / "sys/class/infiniband" / os.fsdecode(name))))
     assume(not (place == "pci" and os.path.lexists(root / "sys/bus/pci/devices" / os.fsdecode(name))))
     counters = Path(os.path.realpath(root / "sys/class/infiniband/mlx5_0")) / "ports/1/hw_counters"

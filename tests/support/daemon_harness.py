@@ -303,7 +303,7 @@ def at_rest(a: Agent) -> bool:
 def reset_counters(root: Path, spec: str) -> None:
     """Put the counter files a fault advanced (and clearing leaves advanced) back to the
     profile's values, atomically: what `nvidia-smi nvlink -r` or a driver reload does."""
-    profile = json.loads((root / ".agentd-sim" / "profile.json").read_text())["profile"]
+    profile = json.loads((root / ".agentd" / "simulation.json").read_text())["profile"]
     pristine = pristine_root(profile)
     for rel in advancing_paths(root, spec):
         tmp = root / (rel + ".reset-tmp")

@@ -1,0 +1,108 @@
+"""Recorded answers: what the live interfaces said, kept beside a node image.
+
+A host root that is not the running node (a capture, a copied tree, a simulated node)
+cannot ask NVML, the ETHTOOL ioctl, rtnetlink or uname. What they answered is kept in one
+documented, versioned layout (docs/capture.md), written by ``agentd capture`` and by the
+simulator, read by the host readers::
+
+    ROOT/.agentd/manifest.json        this format: version, kind, who wrote it, what is in it
+    ROOT/.agentd/nvml.json            NVML inventory, NVLinks, fabric (docs/simulated-sources.md)
+    ROOT/.agentd/ethtool/<netdev>     what `ethtool -S <netdev>` prints
+    ROOT/.agentd/dcb/<netdev>         what `mlnx_qos -i <netdev>` prints
+    ROOT/.agentd/uname.json           os.uname() as an object
+    ROOT/.agentd/state/baseline.json  the node's inventory baseline when it was captured
+    ROOT/.agentd/simulation.json      the simulator's profile and applied faults
+    ROOT/dev/kmsg                     kernel log records (a file, /dev/kmsg's record format)
+
+Older simulator trees keep the same files under ``ROOT/.agentd-sim/`` (``profile.json``
+for ``simulation.json``, no manifest): still read, as simulated, for one release.
+
+This module is a leaf: names, the manifest's shape, and the two text formats that are
+written here (``ethtool -S``, ``mlnx_qos -i``). Parsing them is the readers' job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+DIR = ".agentd"
+LEGACY_DIR = ".agentd-sim"
+MANIFEST = f"{DIR}/manifest.json"
+NVML = "nvml.json"
+ETHTOOL = "ethtool"
+DCB = "dcb"
+UNAME = "uname.json"
+BASELINE = "state/baseline.json"
+SIMULATION = "simulation.json"
+LEGACY_SIMULATION = "profile.json"
+KMSG = "dev/kmsg"
+
+FORMAT = "agentd-recording"
+VERSION = 1
+
+Kind = Literal["capture", "simulation"]
+KINDS: tuple[str, ...] = ("capture", "simulation")
+
+MANIFEST_MAX_BYTES = 4 * 1024 * 1024
+ANSWER_MAX_BYTES = 4 * 1024 * 1024
+
+
+class ManifestError(ValueError):
+    pass
+
+
+def manifest(kind: Kind, *, agentd_version: str, created: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A manifest object (``json.dumps`` it into ``MANIFEST``)."""
+    out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "kind": kind, "agentd_version": agentd_version, "created": created}
+    if extra:
+        out.update({k: v for k, v in extra.items() if k not in out})
+    return out
+
+
+def parse_manifest(data: bytes) -> dict[str, Any]:
+    """The manifest object, checked for what every reader relies on: the format name, a
+    version this agentd reads (``VERSION`` or older) and a known kind."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise ManifestError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise ManifestError(f"not an {FORMAT} manifest")
+    version = obj.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ManifestError(f"bad version {version!r}")
+    if version > VERSION:
+        raise ManifestError(f"version {version} is newer than this agentd reads ({VERSION})")
+    if obj.get("kind") not in KINDS:
+        raise ManifestError(f"unknown kind {obj.get('kind')!r} (expected one of {', '.join(KINDS)})")
+    return obj
+
+
+def format_ethtool_s(stats: Mapping[str, int]) -> str:
+    """``ethtool -S`` text for a statistics mapping (the order given)."""
+    lines = ["NIC statistics:"]
+    lines += [f"     {name}: {value}" for name, value in stats.items()]
+    return "\n".join(lines) + "\n"
+
+
+def format_mlnx_qos(enabled: Iterable[int] | None, trust: str | None = "dscp") -> str:
+    """``mlnx_qos -i <if>`` output in its layout (real sample:
+    tests/fixtures/outputs/mlnx_qos.*) for a trust state and the PFC-enabled priorities
+    (``None`` or empty: PFC off on every priority). The dscp2prio table and the TC lines
+    are the defaults mlnx_qos shows; agentd reads only trust and the PFC table."""
+    on = set(enabled or ())
+    lines = ["DCBX mode: OS controlled"]
+    if trust:
+        lines.append(f"Priority trust state: {trust}")
+    if trust == "dscp":
+        lines.append("dscp2prio mapping:")
+        for p in range(8):
+            lines.append(f"        prio:{p} dscp:" + "".join(f"{d:02d}," for d in range(8 * p + 7, 8 * p - 1, -1)))
+    lines += ["Cable len: 7", "PFC configuration:", "        priority    0   1   2   3   4   5   6   7"]
+    lines.append("        enabled     " + "".join(f"{1 if p in on else 0}   " for p in range(8)))
+    for tc in range(8):
+        prio = {0: 1, 1: 0}.get(tc, tc)
+        lines += [f"tc: {tc} ratelimit: unlimited, tsa: vendor", f"         priority:  {prio}"]
+    return "\n".join(lines) + "\n"
