@@ -46,8 +46,8 @@ EXPECT = {
     "unreadable_file": ("h100-ib", "unreadable_file", ("probe.failed", "warning", "ib:sys/class/infiniband/mlx5_0/ports/1/rate")),
     "garbage_file": ("h100-ib", "garbage_file", ("probe.failed", "warning", "ib:sys/class/infiniband/mlx5_0/ports/1/state")),
     "nvml_hang": ("h100-ib", "nvml_hang=1", ("probe.failed", "warning", "nvml")),
-    "nvml_init_error": ("h100-ib", "nvml_init_error", ("probe.failed", "warning", "nvml")),
-    "ethtool_failure": (ROCE, "ethtool_failure", ("probe.failed", "warning", "ethtool:.agentd-sim/ethtool/ens1np0")),
+    "nvml_init_error": ("h100-ib", "nvml_init_error", ("nvml.blind", "critical", "nvml")),
+    "ethtool_failure": (ROCE, "ethtool_failure", ("probe.failed", "warning", "ethtool:.agentd/ethtool/ens1np0")),
     "fabric_incomplete": ("h100-ib", "fabric_incomplete", ("nvlink.fabric.incomplete", "critical", "gpu0")),
 }
 # The gdr.path fact says which registration path is in use; these faults change it.

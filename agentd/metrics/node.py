@@ -6,6 +6,7 @@ from typing import Final
 
 from agentd.base.expo import Exposition, Family, MetricType
 from agentd.base.ids import VENDOR_NVIDIA, bus_id_label
+from agentd.judging.checks.nvlink import nvml_unseen, pci_gpus
 from agentd.judging.checks.pcie import config_space_truncated
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
@@ -21,6 +22,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_gpu_nvml_visible", G, "1 when NVML answers for the GPU, 0 when it is on the PCI bus but NVML lost it (absent when NVML is unavailable).", GP),
     Family("agentd_gpu_fabric_info", G, "NVSwitch fabric registration state and status of the GPU (value 1).", ("gpu", "pci_bus_id", "state", "status")),
     Family("agentd_nvml_available", G, "1 when the NVML library and driver answer.", ()),
+    Family("agentd_nvml_gpus", G, "NVIDIA GPUs on the PCI bus that NVML lists (0 when NVML is unavailable); below agentd_nvml_gpus_expected, the nvml.blind finding says agentd cannot see the rest.", ()),
+    Family("agentd_nvml_gpus_expected", G, "NVIDIA GPUs on the PCI bus: how many NVML should list.", ()),
     Family("agentd_nvml_info", G, "NVIDIA driver and CUDA driver versions (value 1).", ("driver_version", "cuda_driver_version")),
     Family("agentd_nvlink_state", G, "NVLink state: 1 up, 0 down (every link NVML reports as supported).", ("gpu", "pci_bus_id", "link")),
     Family("agentd_nvlink_info", G, "NVLink remote end and version (value 1).", ("gpu", "pci_bus_id", "link", "remote_pci_bus_id", "remote_type", "version")),
@@ -135,6 +138,10 @@ def render(x: Exposition, s: MetricsSource) -> None:
                     x.add("agentd_pcie_gpu_nearest_nic_info", (*lab, hca, path), 1)
     if snap.gpus or nv.available:
         x.add("agentd_nvml_available", (), nv.available)
+    on_pci = pci_gpus(snap)
+    if on_pci:
+        x.add("agentd_nvml_gpus", (), len(on_pci) - len(nvml_unseen(snap)))
+        x.add("agentd_nvml_gpus_expected", (), len(on_pci))
     if nv.available:
         x.add("agentd_nvml_info", (nv.driver_version or "", _opt(nv.cuda_driver_version)), 1)
     _pcie(x, s, snap)

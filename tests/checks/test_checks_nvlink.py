@@ -1,9 +1,9 @@
-"""gpu.lost, nvlink.link.down, nvlink.link.errors, nvlink.fabric.incomplete."""
+"""nvml.blind, gpu.lost, nvlink.link.down, nvlink.link.errors, nvlink.fabric.incomplete."""
 
 from __future__ import annotations
 
-from agentd.judging.checks.nvlink import check_nvlink
-from agentd.model import NvmlInfo
+from agentd.judging.checks.nvlink import check_nvlink, check_nvml_blind
+from agentd.model import NvmlInfo, ProbeStatus
 from tests.support.check_snapshots import (
     cfg,
     inp,
@@ -40,11 +40,53 @@ def test_gpu_lost_nvml_error():
     assert "GPU is lost" in f[0].message
 
 
-def test_gpu_lost_on_pci_not_in_nvml():
-    s = with_gpu(node(), 2, in_nvml=False)
-    s = s.model_copy(update={"nvml": s.nvml.model_copy(update={"gpus": tuple(g for g in s.nvml.gpus if g.index != 2)})})
-    f = one(check_nvlink(inp(s)), "gpu.lost", "gpu2")
-    assert "7 GPUs in NVML, 8 on PCI" in f.message
+def _without_nvml_gpus(s, *indexes):
+    return s.model_copy(update={"nvml": s.nvml.model_copy(update={"gpus": tuple(g for g in s.nvml.gpus if g.index not in indexes)})})
+
+
+def test_healthy_node_is_not_blind():
+    assert check_nvml_blind(inp(node())) == []
+    assert check_nvml_blind(inp(node(gpus=0))) == []
+
+
+def test_nvml_unavailable_with_gpus_on_pci_is_blind_and_critical():
+    s = node().model_copy(update={"nvml": NvmlInfo(available=False, error="Insufficient Permissions")})
+    f = check_nvml_blind(inp(s))
+    assert problems(f) == [("critical", "nvml.blind", "nvml")]
+    assert "Insufficient Permissions" in f[0].message and "8 NVIDIA GPUs" in f[0].message
+    assert f[0].measured == "unavailable" and f[0].expected == 8
+    assert "nvidia-smi" in f[0].remediation
+    assert check_nvlink(inp(s)) == []  # the NVML checks themselves stay quiet: no data, no verdict
+
+
+def test_nvml_unavailable_without_gpus_is_not_blind():
+    s = node(gpus=0).model_copy(update={"nvml": NvmlInfo(available=False, error="Driver Not Loaded")})
+    assert check_nvml_blind(inp(s)) == []
+
+
+def test_fewer_gpus_in_nvml_than_on_pci_is_blind_not_lost():
+    s = _without_nvml_gpus(with_gpu(node(), 2, in_nvml=False), 2)
+    f = check_nvml_blind(inp(s))
+    assert problems(f) == [("critical", "nvml.blind", "nvml")]
+    bus = next(g.pci_bus_id for g in s.gpus if g.index == 2)
+    assert "NVML lists 7 of the 8 NVIDIA GPUs" in f[0].message and bus in f[0].message
+    assert f[0].measured == 7 and f[0].expected == 8
+    # a GPU NVML does not list cannot be told from one hidden from agentd: not gpu.lost
+    assert only(check_nvlink(inp(s)), "gpu.lost") == []
+
+
+def test_blind_names_at_most_four_gpus():
+    s = _without_nvml_gpus(node(), 0, 1, 2, 3, 4, 5)
+    f = one(check_nvml_blind(inp(s)), "nvml.blind", "nvml")
+    assert "NVML lists 2 of the 8" in f.message and "(+2 more)" in f.message
+
+
+def test_a_hung_nvml_is_not_blind():
+    s = node().model_copy(update={"nvml": NvmlInfo(available=False, error="not collected yet")})
+    hung = ProbeStatus(name="nvml", ok=False, duration_s=5.0, finished_at=s.taken_at, timed_out=True)
+    others = tuple(p for p in s.probes if p.name != "nvml")
+    assert check_nvml_blind(inp(s.model_copy(update={"probes": (*others, hung)}))) == []
+    assert problems(check_nvml_blind(inp(s))) == [("critical", "nvml.blind", "nvml")]
 
 
 def test_link_down_per_link_and_clears():

@@ -54,10 +54,16 @@ def test_repeated_error_on_one_path_is_one_finding():
     assert len(f) == 1 and "(+2 more)" in f[0].message
 
 
-def test_nvml_unavailable_with_gpus():
-    s = node().model_copy(update={"nvml": NvmlInfo(available=False, error="driver not loaded")})
-    f = one(check_probes(inp(s)), "probe.failed", "nvml")
-    assert "driver not loaded" in f.message and "8 NVIDIA GPUs" in f.message
-    # not twice when the reader already recorded it
-    err = ReadError(source="nvml", path="nvmlInit", kind="unavailable", detail="driver not loaded")
-    assert len(check_probes(inp(with_probes(s, errors=[err])))) == 1
+def test_nvml_unavailable_with_gpus_is_not_a_probe_failure():
+    # nvml.blind (checks/nvlink.py) reports it, with nvmlInit's error in its message
+    s = node().model_copy(update={"nvml": NvmlInfo(available=False, error="Insufficient Permissions")})
+    assert check_probes(inp(s)) == []
+    err = ReadError(source="nvml", path="nvmlInit", kind="unreadable", detail="Insufficient Permissions")
+    assert check_probes(inp(with_probes(s, errors=[err]))) == []
+    # without GPUs on the PCI bus nothing is blind: the read error is reported as before
+    bare = node(gpus=0).model_copy(update={"nvml": s.nvml})
+    f = one(check_probes(inp(with_probes(bare, errors=[err]))), "probe.failed", "nvml:nvmlInit")
+    assert "Insufficient Permissions" in f.message
+    # a hung NVML stays probe.failed on nvml
+    hung = ProbeStatus(name="nvml", ok=False, duration_s=5.0, finished_at=T0, timed_out=True)
+    assert one(check_probes(inp(with_probes(s, hung))), "probe.failed", "nvml").measured == "timeout"

@@ -12,6 +12,7 @@ from agentd.judging.checks import CHECKS, CheckInput, check_name, run_checks
 from agentd.judging.roles import HcaRoles, hca_roles
 from agentd.model import (
     Finding,
+    NvmlInfo,
     PfcConfig,
     ProbeStatus,
     RoceEcn,
@@ -64,6 +65,7 @@ def _scenarios():
     r = node(layer="Ethernet")
     L = layout(2)
     lost = with_gpu(with_nvml_gpu(h, 2, error="GPU is lost"), 2, in_nvml=False)
+    blind = h.model_copy(update={"nvml": NvmlInfo(available=False, error="Driver Not Loaded")})
     timed_out = h.model_copy(update={"probes": (ProbeStatus(name="nvml", ok=False, duration_s=5, finished_at=T0, timed_out=True),)})
     return [
         ("port down", h, with_port(h, "mlx5_3", state="DOWN"), ("critical", "ib.port.down", "mlx5_3:1"), "restore"),
@@ -89,6 +91,7 @@ def _scenarios():
         ("nvlink errors", h, with_nvlink(h, 2, 3, errors={"replay": 9}), ("warning", "nvlink.link.errors", "gpu2:link3"), "freeze"),
         ("fabric", h, with_nvml_gpu(h, 2, fabric_state="in_progress"), ("critical", "nvlink.fabric.incomplete", "gpu2"), "restore"),
         ("gpu lost", h, lost, ("critical", "gpu.lost", "gpu2"), "restore"),
+        ("nvml blind", h, blind, ("critical", "nvml.blind", "nvml"), "restore"),
         ("gpu gone", h, without_gpu(h, 2), ("critical", "inventory.gpu.missing", L["gpu"]), "restore"),
         ("gpu count", h, without_gpu(h, 2), ("critical", "inventory.gpu.count", "node"), "restore"),
         ("nic gone", h, without_hca(h, "mlx5_2"), ("critical", "inventory.hca.missing", "mlx5_2"), "restore"),

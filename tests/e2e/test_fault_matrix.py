@@ -126,7 +126,7 @@ CASES: dict[str, Case] = {
                          note="port state unreadable: left out of NCCL_IB_HCA (not known ACTIVE) though only a warning"),
     "nvml_hang": Case(("probe_success{nvml} 0", _eq("agentd_probe_success", 0, probe="nvml")), spec=f"nvml_hang={HANG_S}", codes=(200, 503),
                       extra_wait_s=HANG_S, recovery="hung call returned", note=f"nvml_hang={HANG_S}; 503 while agentd.data.stale nvml is critical too"),
-    "nvml_init_error": Case(("nvml_available 0", _eq("agentd_nvml_available", 0))),
+    "nvml_init_error": Case(("nvml_gpus 0 of 8", lambda m, b: sample(m, "agentd_nvml_gpus") == 0 and sample(m, "agentd_nvml_gpus_expected") == 8)),
     "ethtool_failure": Case(("probe_read_errors{ethtool} > 0", lambda m, b: (sample(m, "agentd_probe_read_errors", probe="ethtool") or 0) > 0
                              or sample(m, "agentd_probe_success", probe="ethtool") == 0)),
     "fabric_incomplete": Case(("gpu_fabric_info{in_progress} 1", _eq("agentd_gpu_fabric_info", 1, state="in_progress", **GPU0)),

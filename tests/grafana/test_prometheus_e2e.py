@@ -72,6 +72,7 @@ FAULTS = [
     ("ib", "rate_degraded@mlx5_2:1", "AgentdIbPortRateDegraded", "critical", {"device": "mlx5_2", "port": "1"}, True),
     ("ib", "no_gdr", "AgentdGdrUnavailable", "critical", {"subject": "node"}, True),
     ("ib", "nvlink_down@gpu3", "AgentdNvlinkDown", "critical", {"subject": "gpu3:link0"}, True),
+    ("ib", "nvml_init_error", "AgentdNvmlBlind", "critical", {"subject": "nvml"}, True),
     # An HCA link at half width and one generation slower keeps 25 %: critical. A GPU's
     # speed is not judged (idle GPUs slow down), so a GPU at half width is a warning.
     ("ib", "pcie_downtrained@mlx5_4=both", "AgentdPcieDowntrained", "critical", {"subject": "0000:97:00.0"}, True),

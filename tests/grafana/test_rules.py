@@ -27,7 +27,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
 REQUIRED_ALERTS = {
     "AgentdNodeCritical", "AgentdIbPortDown", "AgentdIbPortRateDegraded", "AgentdIbLinkFlapping", "AgentdGdrUnavailable",
     "AgentdPcieDowntrained", "AgentdMtuMismatch", "AgentdRoceEcnDisabled", "AgentdPfcPauseStorm", "AgentdNvlinkDown",
-    "AgentdStale", "AgentdDown", "AgentdNcclFileWriteFailing",
+    "AgentdNvmlBlind", "AgentdStale", "AgentdDown", "AgentdNcclFileWriteFailing",
 }
 
 

@@ -42,6 +42,7 @@ CHECKS: tuple[Check, ...] = (
     pcie.check_config_space,
     mtu.check_mtu,
     roce.check_roce,
+    nvlink.check_nvml_blind,
     nvlink.check_nvlink,
     inventory.check_inventory,
     probes.check_probes,

@@ -1,7 +1,14 @@
-"""GPUs NVML lost, NVLinks down or erroring, NVSwitch fabric registration.
+"""NVML blind, GPUs NVML lost, NVLinks down or erroring, NVSwitch fabric registration.
 
-- ``gpu.lost`` (critical): NVML returned an error for the GPU (e.g. "GPU is lost"), or a
-  GPU on the PCI bus is unknown to a working NVML (``Gpu.in_nvml`` False).
+- ``nvml.blind`` (critical, subject ``nvml``): NVIDIA GPUs are on the PCI bus but NVML
+  answered "unavailable", or a working NVML lists fewer of them than the PCI bus has.
+  Every NVML-based check (lost GPUs, NVLink, fabric) is then blind for those GPUs. Not
+  raised while the nvml probe itself failed or timed out: that is ``probe.failed``
+  (a hung NVML), and the daemon's ``agentd.data.stale``.
+- ``gpu.lost`` (critical): NVML returned an error for the GPU (e.g. "GPU is lost"). A GPU
+  on the PCI bus that a working NVML does not list at all is part of ``nvml.blind``: from
+  here, a GPU the driver failed to bring up and a GPU hidden from agentd (container device
+  list, device cgroup) look the same.
 - ``nvlink.link.down`` (critical): with ``expect.nvlinks_per_gpu`` unset, every link NVML
   reports as supported must be up (one finding per link, ``gpu3:link5``); with it set, a
   GPU with fewer active links than that is one finding on ``gpu3`` listing the down links.
@@ -14,6 +21,7 @@
 
 from __future__ import annotations
 
+from agentd.base.ids import VENDOR_NVIDIA
 from agentd.judging.checks.common import (
     CheckInput,
     counter_change,
@@ -21,30 +29,70 @@ from agentd.judging.checks.common import (
     fmt,
     in_window,
 )
-from agentd.judging.findings import finding, gpu_subject, nvlink_subject
+from agentd.judging.findings import finding, gpu_subject, nvlink_subject, probe_subject
 from agentd.model import Finding, NodeSnapshot, NvLink, NvmlGpu
 
 _LOST_HINT = ("check `nvidia-smi` and dmesg for Xid 79 (fallen off the bus) / 48 / 74; drain the node, "
               "then reset the GPU or reboot; a repeat means hardware (RMA)")
 
 
+def pci_gpus(snap: NodeSnapshot) -> tuple[str, ...]:
+    """Bus ids of the NVIDIA GPUs on the PCI bus (what NVML should list)."""
+    return tuple(sorted(d.bdf for d in snap.pci if d.is_gpu and d.vendor_id == VENDOR_NVIDIA))
+
+
+def nvml_unseen(snap: NodeSnapshot) -> tuple[str, ...]:
+    """NVIDIA GPUs on the PCI bus that NVML does not list (all of them when NVML is unavailable)."""
+    listed = {g.pci_bus_id for g in snap.nvml.gpus} if snap.nvml.available else set()
+    return tuple(b for b in pci_gpus(snap) if b not in listed)
+
+
+_BLIND_HINT = ("run `nvidia-smi` on the node. If it fails too, the driver is not loaded or does not match its library "
+               "(after an upgrade): drain, reload the driver or reboot. If it works, agentd alone cannot reach NVML: "
+               "systemd unit device access (DeviceAllow, the /dev/nvidia* group; `systemctl restart agentd` after a "
+               "driver load), or the container's NVIDIA runtime (NVIDIA_VISIBLE_DEVICES=all, "
+               "NVIDIA_DRIVER_CAPABILITIES=utility); see the AgentdNvmlBlind runbook")
+
+
+def _nvml_probe_failed(snap: NodeSnapshot) -> bool:
+    return any(st.name == "nvml" and (not st.ok or st.timed_out) for st in snap.probes)
+
+
+def nvml_blind(snap: NodeSnapshot) -> bool:
+    """Whether ``nvml.blind`` is raised for this snapshot."""
+    return bool(nvml_unseen(snap)) and not _nvml_probe_failed(snap)
+
+
+def check_nvml_blind(inp: CheckInput) -> list[Finding]:
+    """nvml.blind: NVIDIA GPUs on PCI that NVML cannot show agentd."""
+    snap = inp.snapshot
+    if not nvml_blind(snap):
+        return []
+    on_pci = pci_gpus(snap)
+    unseen = nvml_unseen(snap)
+    nv = snap.nvml
+    if not nv.available:
+        msg = (f"NVML unavailable ({nv.error or 'no reason given'}) while {len(on_pci)} NVIDIA GPUs are on the "
+               "PCI bus: lost GPUs, NVLink and fabric state are not seen")
+        measured: str | int = "unavailable"
+    else:
+        shown = ", ".join(unseen[:4]) + (f" (+{len(unseen) - 4} more)" if len(unseen) > 4 else "")
+        msg = (f"NVML lists {len(on_pci) - len(unseen)} of the {len(on_pci)} NVIDIA GPUs on the PCI bus; "
+               f"(not in NVML: {shown}); their health and NVLinks are not seen")
+        measured = len(on_pci) - len(unseen)
+    return [finding("nvml.blind", "critical", probe_subject("nvml"), msg, _BLIND_HINT,
+                    measured=measured, expected=len(on_pci))]
+
+
 def _lost(inp: CheckInput) -> list[Finding]:
     snap = inp.snapshot
     if not snap.nvml.available:
         return []
-    out: dict[int, Finding] = {}
-    for g in snap.nvml.gpus:
-        if g.error:
-            out[g.index] = finding("gpu.lost", "critical", gpu_subject(g.index, g.pci_bus_id),
-                                   f"NVML error for {g.pci_bus_id}: {g.error}", _LOST_HINT, measured=g.error)
-    for gpu in snap.gpus:
-        if gpu.in_nvml is False and gpu.index not in out:
-            out[gpu.index] = finding(
-                "gpu.lost", "critical", gpu_subject(gpu.index, gpu.pci_bus_id),
-                f"GPU {gpu.pci_bus_id} is on the PCI bus but NVML does not see it "
-                f"({len(snap.nvml.gpus)} GPUs in NVML, {len(snap.gpus)} on PCI)",
-                _LOST_HINT, measured="not in NVML", expected="in NVML")
-    return list(out.values())
+    return [
+        finding("gpu.lost", "critical", gpu_subject(g.index, g.pci_bus_id),
+                f"NVML error for {g.pci_bus_id}: {g.error}", _LOST_HINT, measured=g.error)
+        for g in snap.nvml.gpus if g.error
+    ]
 
 
 def _down(inp: CheckInput, g: NvmlGpu) -> list[Finding]:

@@ -5,6 +5,8 @@ for one read error (``infiniband:class/infiniband/mlx5_0/ports/1/rate``); ``sour
 the summary when one source has more than ``MAX_PER_SOURCE`` read errors, so a broken
 tree yields a bounded number of findings. All are warnings: agentd could not look, which
 is not the same as the hardware being broken, but a node nobody can see is not "ok".
+NVML answering "unavailable" while NVIDIA GPUs are on the PCI bus is not a probe failure
+but ``nvml.blind`` (checks/nvlink.py), raised there and only there.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from agentd.judging.checks.common import CheckInput, fmt
+from agentd.judging.checks.nvlink import nvml_blind
 from agentd.judging.findings import finding, probe_subject
 from agentd.model import Finding, ProbeStatus, ReadError
 
@@ -85,12 +88,9 @@ def check_probes(inp: CheckInput) -> list[Finding]:
     """probe.failed for failed/timed-out/stale probes and for read errors."""
     snap = inp.snapshot
     out = [f for st in snap.probes if (f := _probe(inp, st)) is not None]
-    out.extend(_read_errors(snap.read_errors))
-    reported = {f.about.name for f in out}
-    if snap.gpus and not snap.nvml.available and "nvml" not in reported:
-        out.append(finding(
-            "probe.failed", "warning", probe_subject("nvml"),
-            f"NVML unavailable ({snap.nvml.error or 'no reason given'}) while {len(snap.gpus)} NVIDIA GPUs are on the PCI bus",
-            "load the NVIDIA driver (`nvidia-smi` must work); without NVML agentd cannot see NVLinks or lost GPUs",
-            measured="unavailable"))
+    errors = snap.read_errors
+    if not snap.nvml.available and nvml_blind(snap):
+        # Why NVML is unavailable (nvmlInit's error) is in nvml.blind's message: not twice.
+        errors = tuple(e for e in errors if e.source != "nvml")
+    out.extend(_read_errors(errors))
     return out
