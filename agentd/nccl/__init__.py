@@ -15,6 +15,10 @@ Contract for the caller: each file stands on its own.
   then has no NCCL_TOPO_FILE, and NCCL detects the topology itself). ``topo_problems``
   non-empty means agentd produced an XML that failed its own check: report it (a
   warning finding), it is a bug or a hardware layout agentd does not understand.
+  Only the check's errors (what NCCL rejects or misreads) block the XML. Its warnings
+  (what NCCL reads as meant but with a default, e.g. ``link_speed=""`` on a VM whose
+  hypervisor hides the PCIe link capability, which NCCL's own detection writes too)
+  become ``notes``, one a kind: the node is not sick, and the file is what NCCL would use.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from agentd.nccl.env import derive_env, render_env_conf, render_env_sh
 from agentd.nccl.envfile import read_docker_env_file, read_nccl_conf, read_systemd_env_file
 from agentd.nccl.envmodel import EnvVar, NcclEnv
 from agentd.nccl.topo import build_topo, render_topo_xml
-from agentd.nccl.xmlcheck import check_topo_xml
+from agentd.nccl.xmlcheck import check_topo_xml, scan_topo_xml
+from agentd.nccl.xmlreader import XmlIssue
 
 ENV_FILE, CONF_FILE, TOPO_FILE = "nccl.env", "nccl.conf", "topo.xml"
 
@@ -88,12 +93,14 @@ def render_all(
         if topo.xml is None:
             notes.append(f"topology XML not written: {topo.reason}")
         else:
-            issues = check_topo_xml(topo.xml, existing_bus_ids={d.bdf for d in snapshot.pci})
-            if issues:
-                topo_problems = tuple(issues)
-                notes.append(f"topology XML not written: it fails the NCCL-rule check ({len(issues)} problems)")
+            issues = scan_topo_xml(topo.xml, existing_bus_ids={d.bdf for d in snapshot.pci})
+            errors = [i for i in issues if i.severity == "error"]
+            if errors:
+                topo_problems = tuple(str(i) for i in errors)
+                notes.append(f"topology XML not written: it fails the NCCL-rule check ({len(errors)} problems)")
             else:
                 topo_xml = topo.xml
+                notes += _warning_notes(issues)
     target = host_visible_path(config.paths.nccl_topo, config.host_root) if topo_path is ... else topo_path
     env = derive_env(snapshot, findings, config, topo_path=target if topo_xml is not None else None, roles=roles)
     env_problems = list(env.problems)  # the values both env forms carry
@@ -132,3 +139,15 @@ def render_all(
             if blocked
         ),
     )
+
+
+def _warning_notes(issues: Sequence[XmlIssue]) -> list[str]:
+    """One note per kind of warning, with how many elements have it and the first line."""
+    kinds: dict[str, list[int]] = {}
+    for i in issues:
+        if i.severity == "warning":
+            kinds.setdefault(i.message, []).append(i.line)
+    return [
+        f"topology XML: {msg} ({len(lines)} element{'s' if len(lines) > 1 else ''}, first on line {lines[0]})"
+        for msg, lines in kinds.items()
+    ]

@@ -11,7 +11,13 @@ from a device NCCL goes up two path components at a time, so the parent of an en
 is the *upstream* port of its switch (downstream ports and root ports are skipped), and
 a device whose walk reaches the root complex hangs directly off the ``cpu`` of its
 ``numa_node``. ``link_speed``/``link_width`` are the minimum of the device's and its
-sysfs parent's ``max_link_*`` (NCCL does not read the current values). NIC bus ids carry
+sysfs parent's ``max_link_*`` (NCCL does not read the current values); where sysfs has
+neither (old kernels, hypervisors that hide the link capability: absent, ``Unknown``, 0),
+a switch gets what NCCL's own sysfs walk writes, ``link_speed=""`` and ``link_width="0"``
+(read as Gen3 x16), because NCCL never fills in a ``pci`` element of the file that a
+device hangs below, and without the two attributes it fails ("Attribute link_speed of
+node pci not found"). An endpoint leaves them out: NCCL fills those itself when it
+attaches the device (from NVML for a GPU in 2.30, else from sysfs). NIC bus ids carry
 function 0 (and device 0, as ``NCCL_IB_MERGE_VFS=1`` does), because that is the id the
 IB plugin looks up.
 
@@ -82,22 +88,23 @@ def _speed(dev: PciDevice | None) -> tuple[float | None, str | None]:
     return gts, _CANONICAL_SPEED.get(gts) if gts is not None else None
 
 
-def _link(dev: PciDevice, port: PciDevice | None) -> list[tuple[str, str]]:
-    """min(device, sysfs parent) as NCCL computes it; unknown values are left out so
-    that NCCL fills them from sysfs itself."""
+def _link(dev: PciDevice, port: PciDevice | None, switch: bool) -> list[tuple[str, str]]:
+    """min(device, sysfs parent) as NCCL computes it, over the values sysfs knows. Unknown:
+    on a switch what NCCL writes itself ("" and 0); on an endpoint left out, for NCCL to
+    fill when it attaches the device."""
     out: list[tuple[str, str]] = []
     d_gts, d_str = _speed(dev)
     p_gts, p_str = _speed(port)
     speed = p_str if p_gts is not None and (d_gts is None or p_gts < d_gts) else d_str
-    if speed:
-        out.append(("link_speed", speed))
+    if speed or switch:
+        out.append(("link_speed", speed or ""))
     widths = [w for w in (dev.max_link_width, port.max_link_width if port else None) if w]
-    if widths:
-        out.append(("link_width", str(min(widths))))
+    if widths or switch:
+        out.append(("link_width", str(min(widths, default=0))))
     return out
 
 
-def _pci_attrs(busid: str, dev: PciDevice, port: PciDevice | None) -> list[tuple[str, str]]:
+def _pci_attrs(busid: str, dev: PciDevice, port: PciDevice | None, *, switch: bool = False) -> list[tuple[str, str]]:
     attrs = [("busid", busid), ("class", f"0x{dev.class_code:06x}")]
     for name, value in (
         ("vendor", dev.vendor_id),
@@ -107,7 +114,7 @@ def _pci_attrs(busid: str, dev: PciDevice, port: PciDevice | None) -> list[tuple
     ):
         if value is not None:
             attrs.append((name, f"0x{value:04x}"))
-    return attrs + _link(dev, port)
+    return attrs + _link(dev, port, switch)
 
 
 def _ancestors(chain: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
@@ -194,7 +201,7 @@ def build_topo(snapshot: NodeSnapshot, roles: HcaRoles) -> TopoRender:
                     raise _Skip(f"PCI bridge {anc_bdf} above {busid} is not in the PCI data")
                 node = nodes.get(anc_bdf)
                 if node is None:
-                    node = nodes[anc_bdf] = _Node(anc_bdf, _pci_attrs(anc_bdf, anc_dev, _sysfs_parent(snapshot, anc_chain)))
+                    node = nodes[anc_bdf] = _Node(anc_bdf, _pci_attrs(anc_bdf, anc_dev, _sysfs_parent(snapshot, anc_chain), switch=True))
                 node.children.setdefault(child.busid, child)
                 top, child = anc_dev, node
             numa = top.numa_node  # NCCL reads numa_node of the device whose walk reaches the root

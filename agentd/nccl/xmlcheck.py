@@ -188,8 +188,14 @@ def _pci(el: Element, err: _Say, warn: _Say, busids: set[str] | None, seen: dict
         v = el.get(k)
         if v is not None and not HEX16_RE.fullmatch(v):
             err(f'{k}="{v}" is not 0x followed by 4 lowercase hex digits')
+    # NCCL fills in only the pci elements it creates or attaches a device to
+    # (ncclTopoGetXmlFromSys); a pci the file already puts above a device keeps what the
+    # file says, and ncclTopoAddPci then fails without link_speed/link_width.
+    above = any(c.name == "pci" for c in el.children)
     speed = el.get("link_speed")
-    if speed is None:
+    if speed is None and above:
+        err('has pci children but no link_speed: NCCL fails ("Attribute link_speed of node pci not found"); write link_speed="" when sysfs has none')
+    elif speed is None:
         warn("has no link_speed: NCCL reads it from sysfs when the device exists here, else assumes Gen3")
     elif speed == "":
         warn('link_speed="": NCCL assumes Gen3')
@@ -199,9 +205,11 @@ def _pci(el: Element, err: _Say, warn: _Say, busids: set[str] | None, seen: dict
         else:
             err(f'link_speed="{speed}" is not a speed NCCL knows (e.g. "32.0 GT/s PCIe"); it falls back to Gen3')
     width = el.get("link_width")
-    if width is None:
+    if width is None and above:
+        err('has pci children but no link_width: NCCL fails ("Attribute link_width of node pci not found"); write link_width="0" when sysfs has none')
+    elif width is None:
         warn("has no link_width: NCCL reads it from sysfs when the device exists here")
     elif width in ("", "0"):
         warn(f'link_width="{width}": NCCL assumes x16')
-    if cls and cls.startswith(("0x03", "0x02")) and any(c.name == "pci" for c in el.children):
+    if cls and cls.startswith(("0x03", "0x02")) and above:
         warn("is a GPU or NIC but has pci children")

@@ -109,3 +109,19 @@ def test_topo_file_is_named_as_the_node_sees_it_when_agentd_runs_in_a_container(
     assert r.env.get("NCCL_TOPO_FILE") == "/etc/nccl/topo.xml"
     plain = render_all(snap, [], config(), roles_for(snap))
     assert plain.env.get("NCCL_TOPO_FILE") == "/etc/nccl/topo.xml"
+
+
+def test_xml_with_warnings_only_is_written_and_the_warnings_are_notes():
+    # a VM whose hypervisor hides every PCIe link capability: NCCL's own detection writes
+    # link_speed="" / link_width="0" and carries on, and so does agentd
+    snap = ib_node()
+    blind = {"max_link_speed": None, "max_link_speed_gts": None, "max_link_width": None}
+    snap = snap.model_copy(update={"pci": tuple(d.model_copy(update=blind) for d in snap.pci)})
+    r = render(snap)
+    assert r.ok and r.topo_problems == () and r.topo_xml is not None
+    assert 'link_speed="" link_width="0"' in r.topo_xml
+    assert r.env.get("NCCL_TOPO_FILE") == "/etc/nccl/topo.xml"
+    topo_notes = [n for n in r.notes if n.startswith("topology XML: ")]
+    assert any('link_speed="": NCCL assumes Gen3' in n for n in topo_notes)
+    assert not any("not written" in n for n in r.notes)
+    assert len(topo_notes) == len(set(topo_notes)) <= 4  # one note a kind, not one an element

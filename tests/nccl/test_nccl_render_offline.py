@@ -78,3 +78,50 @@ def test_cpu_from_cpuinfo_when_kernel_has_no_arch_file(sim_root, tmp_path, capsy
         attrs = {k: v for k, v in cpu.attrs if k in ("arch", "vendor", "familyid", "modelid")}
         assert attrs == cpu_attrs  # no x86 keys on arm64 or POWER, as NCCL writes them
     assert sum(el.name == "pci" and el.get("class") == "0x030200" for el in els) == 8
+
+
+def hide_link_capabilities(root: Path, how: str) -> int:
+    """What old kernels and some hypervisors show: no link capability files, or the
+    kernel's "Unknown" speed and a 0 width. Returns how many devices were changed."""
+    n = 0
+    for dirpath, _dirs, files in os.walk(root / "sys/devices"):
+        d = Path(dirpath)
+        if "max_link_speed" not in files:
+            continue
+        n += 1
+        for kind in ("max", "current"):
+            if how == "absent":
+                (d / f"{kind}_link_speed").unlink(missing_ok=True)
+                (d / f"{kind}_link_width").unlink(missing_ok=True)
+            else:
+                (d / f"{kind}_link_speed").write_text("Unknown\n")
+                (d / f"{kind}_link_width").write_text("0\n")
+    return n
+
+
+@pytest.mark.parametrize("how", ["absent", "unknown"])
+@pytest.mark.parametrize(
+    "cpuinfo, arch, vendor",
+    [
+        ("archspec-linux-unknown-sapphirerapids", "x86_64", "GenuineIntel"),
+        ("archspec-linux-rocky8.5-zen4", "x86_64", "AuthenticAMD"),
+        ("archspec-linux-rhel9-neoverse_v2", "arm64", None),
+    ],
+)
+def test_xml_written_without_link_capabilities(sim_root, tmp_path, capsys, how, cpuinfo, arch, vendor):
+    without_kernel_arch(sim_root, cpuinfo)
+    assert hide_link_capabilities(sim_root, how) > 20
+    out = tmp_path / "out"
+    rc, err = render(sim_root, out, capsys)
+    assert rc == 0, err
+    assert "topology XML not written" not in err
+    assert 'link_speed="": NCCL assumes Gen3' in err  # said, not blocking: the node is not sick
+    xml = (out / TOPO).read_text()
+    els = loaded(xml)
+    assert {(el.get("arch"), el.get("vendor")) for el in els if el.name == "cpu"} == {(arch, vendor)}
+    switches = [el for el in els if el.name == "pci" and any(c.name == "pci" for c in el.children)]
+    assert len(switches) == 8
+    for sw in switches:  # what NCCL itself writes where sysfs has nothing
+        assert (sw.get("link_speed"), sw.get("link_width")) == ("", "0")
+    assert sum(el.name == "pci" and el.get("class") == "0x030200" for el in els) == 8
+    assert f"NCCL_TOPO_FILE={out / TOPO}" in (out / "nccl.env").read_text()

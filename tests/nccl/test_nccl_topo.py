@@ -156,6 +156,28 @@ def test_old_kernel_and_unknown_speed_strings():
     assert "link_speed" not in xml and "link_width" not in xml  # left for NCCL to read from sysfs
 
 
+def test_switch_without_link_capability_gets_what_nccl_writes():
+    # a hypervisor hiding the PCIe link capability: sysfs has no max_link_* or says Unknown / 0
+    unknown = {"max_link_speed": "Unknown", "max_link_speed_gts": None, "max_link_width": None}
+    absent = {"max_link_speed": None, "max_link_speed_gts": None, "max_link_width": 0}
+    rp, usp, dsp, gpu = bdf(0x40, 1), bdf(0x41), bdf(0x42), bdf(0x43)
+    devs = [
+        pci(rp, BRIDGE, (), 0).model_copy(update=absent),
+        pci(usp, BRIDGE, (rp,), 0).model_copy(update=unknown),
+        pci(dsp, BRIDGE, (rp, usp), 0).model_copy(update=absent),
+        pci(gpu, 0x030200, (rp, usp, dsp), 0).model_copy(update=unknown),
+    ]
+    xml = render(_single_gpu(devs, gpu))
+    root = ET.fromstring(xml)
+    switch = root.find("cpu/pci")
+    assert switch.get("busid") == usp
+    # NCCL fails on a file pci above a device without the two; "" and 0 read as Gen3 x16
+    assert (switch.get("link_speed"), switch.get("link_width")) == ("", "0")
+    leaf = switch.find("pci")
+    assert leaf.get("link_speed") is None and leaf.get("link_width") is None  # NCCL fills an endpoint itself
+    assert not [p for p in check_topo_xml(xml) if ": error: " in p]
+
+
 def ndv5_like() -> NodeSnapshot:
     """Azure NDv5's layout with real-looking bus ids: per NUMA node 4 switches, each one
     H100 (0x030200) and one NDR HCA (0x020700)."""

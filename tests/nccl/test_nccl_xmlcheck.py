@@ -131,6 +131,16 @@ def test_link_values():
     assert check_topo_xml(MINI.replace("32.0 GT/s PCIe", "16 GT/s")) == []  # kernel <= 5.6 form
 
 
+def test_switch_without_link_attributes_is_fatal_for_nccl():
+    # NCCL never fills a pci element of the file that a device hangs below: it fails reading it
+    switch = 'class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16"'
+    only(MINI.replace(switch, 'class="0x060400" link_width="16"'), "no link_speed: NCCL fails", line=3)
+    only(MINI.replace(switch, 'class="0x060400" link_speed="32.0 GT/s PCIe"'), "no link_width: NCCL fails", line=3)
+    # what NCCL's own sysfs walk writes when the capability files say nothing: accepted, with warnings
+    vm = scan_topo_xml(MINI.replace(switch, 'class="0x060400" link_speed="" link_width="0"'))
+    assert [(i.line, i.severity) for i in vm] == [(3, "warning"), (3, "warning")]
+
+
 def test_structure_and_required_attributes():
     only(MINI.replace('version="1"', 'version="2"'), "only version 1", line=1)
     only(MINI.replace(' arch="x86_64"', ""), "needs arch", line=2)
