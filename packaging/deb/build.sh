@@ -11,7 +11,8 @@
 #   /usr/sbin/agentd-healthcheck    Slurm HealthCheckProgram wrapper
 #   /lib/systemd/system/agentd.service
 #   /etc/agentd/agentd.toml         conffile (documented defaults)
-#   /usr/share/doc/agentd/          README, drop-in and config examples
+#   /usr/share/doc/agentd/          README, drop-in and config examples (also
+#                                   slurm-healthcheck.conf.example, for the wrapper)
 #
 # Dependencies come from PyPI (or PIP_INDEX_URL / PIP_FIND_LINKS) at build time. Some
 # have compiled parts (pydantic-core, aiohttp, psutil), so the package is tied to the
@@ -77,6 +78,8 @@ for f in agentd-listen.conf.example agentd-acs.conf.example agentd-bench.conf.ex
     install -m 0644 "$repo/systemd/$f" "$stage/usr/share/doc/agentd/examples/$f"
 done
 install -m 0644 "$repo/packaging/slurm/README.md" "$stage/usr/share/doc/agentd/slurm.md"
+install -m 0644 "$repo/packaging/slurm/slurm-healthcheck.conf.example" \
+    "$stage/usr/share/doc/agentd/examples/slurm-healthcheck.conf.example"
 install -m 0644 "$work/src/README.md" "$stage/usr/share/doc/agentd/README.md"
 cat >"$stage/usr/share/doc/agentd/copyright" <<'EOF'
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/

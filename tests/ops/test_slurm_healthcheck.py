@@ -25,7 +25,7 @@ SCRIPT = REPO / "packaging" / "slurm" / "agentd-healthcheck"
 SHELL = shutil.which("dash") or "/bin/sh"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What the script and the fake commands run besides shell builtins and the fakes.
-TOOLS = ("cat", "cut", "grep", "head", "hostname", "sed", "sleep", "tail", "timeout", "tr", "uname")
+TOOLS = ("cat", "cut", "find", "grep", "head", "hostname", "id", "sed", "sleep", "tail", "timeout", "tr", "uname")
 
 CRITICAL = (
     "critical\n"
@@ -114,6 +114,8 @@ def run(tmp_path: Path):
             "FAKE_CHECK_RC": str(check_rc),
             "FAKE_SHOW": show,
             "AGENTD_NODENAME": "gpu01",
+            # never the host's /etc/agentd/slurm-healthcheck.conf; tests write this one
+            "AGENTD_SLURM_CONF": str(tmp_path / "slurm-healthcheck.conf"),
             **env,
         }
         for f in logdir.iterdir():
@@ -261,3 +263,91 @@ def test_starting_daemon_asks_agentd_check(run) -> None:
     r = run(body=body, code=503, check_body="critical\ncritical ib.port.down mlx5_0:1: down\n", check_rc=2)
     assert r.agentd_calls == ["check --format text"]
     assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_0:1: down"]]
+
+
+# --- the settings file (slurmd passes the wrapper no AGENTD_* variables) ------------
+
+
+def write_conf(tmp_path: Path, text: str, mode: int = 0o644) -> Path:
+    conf = tmp_path / "slurm-healthcheck.conf"
+    conf.write_text(text)
+    conf.chmod(mode)
+    return conf
+
+
+def other_agentd(tmp_path: Path) -> Path:
+    """A second fake agentd, somewhere PATH does not reach, that says which one ran."""
+    d = tmp_path / "opt"
+    d.mkdir(exist_ok=True)
+    exe = d / "agentd"
+    exe.write_text(FAKE_AGENTD.replace('"$FAKE_LOG/agentd"', '"$FAKE_LOG/agentd"; echo other >> "$FAKE_LOG/which"'))
+    exe.chmod(0o755)
+    return exe
+
+
+def test_settings_come_from_the_file_as_under_slurmd(run, tmp_path: Path) -> None:
+    exe = other_agentd(tmp_path)
+    write_conf(tmp_path, f"""# agentd-healthcheck settings
+AGENTD_URL = http://10.0.0.7:9100
+AGENTD_BIN="{exe}"
+  AGENTD_NODENAME='gpu-a17'
+AGENTD_REASON_MAX=40\r
+""")  # the CR: a file edited on Windows
+    # slurmd's environment: SLURMD_NODENAME and nothing of ours
+    r = run(curl_rc=7, check_body=CRITICAL, check_rc=2, AGENTD_NODENAME="", SLURMD_NODENAME="gpu01")
+    assert "http://10.0.0.7:9100/health?format=text" in r.curl_calls[0]
+    assert (tmp_path / "log" / "which").read_text() == "other\n" and r.agentd_calls == ["check --format text"]
+    assert r.updates[0][:3] == ["update", "NodeName=gpu-a17", "State=DRAIN"]
+    assert len(r.updates[0][3]) - len("Reason=") <= 40
+    assert "ignored" not in r.log
+
+
+def test_environment_overrides_the_file(run, tmp_path: Path) -> None:
+    write_conf(tmp_path, "AGENTD_URL=http://10.0.0.7:9100\nAGENTD_NODENAME=gpu-a17\nAGENTD_REASON_MAX=40\n")
+    r = run(body=CRITICAL, code=503, AGENTD_URL="http://127.0.0.1:9555", AGENTD_NODENAME="gpu02", AGENTD_REASON_MAX="300")
+    assert "http://127.0.0.1:9555/health?format=text" in r.curl_calls[0]
+    assert r.updates == [["update", "NodeName=gpu02", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_3:1: port state DOWN (expected ACTIVE); check cable (+1 more)"]]
+
+
+def test_without_a_file_the_defaults_hold(run) -> None:
+    r = run(body="ok\n", code=200, AGENTD_NODENAME="", SLURMD_NODENAME="gpu07", show=DRAINED_BY_AGENTD)
+    assert "http://127.0.0.1:9478/health?format=text" in r.curl_calls[0]
+    assert r.updates == [["update", "NodeName=gpu07", "State=RESUME"]] and r.log == "agentd-healthcheck: resumed gpu07 (ok; was: agentd: ib.port.down mlx5_3:1: port state DOWN [root@2024-05-01T10:00:00])\n"
+
+
+def test_hostile_lines_are_data_never_run(run, tmp_path: Path) -> None:
+    marks = [tmp_path / f"pwned{i}" for i in range(6)]
+    write_conf(tmp_path, "\n".join([
+        f"AGENTD_BIN=$(touch {marks[0]})",
+        f"AGENTD_URL=`touch {marks[1]}`",
+        f"$(touch {marks[2]})",
+        f"AGENTD_NODENAME=gpu01; touch {marks[3]}",
+        f"AGENTD_REASON_MAX=$(touch {marks[4]})",
+        f"PATH={tmp_path}/evil; touch {marks[5]}",
+    ]) + "\n")
+    r = run(curl_rc=7, check_rc=2, check_body=CRITICAL, AGENTD_NODENAME="", SLURMD_NODENAME="gpu01")
+    assert not [m for m in marks if m.exists()]
+    # the values that fail validation are ignored; AGENTD_BIN is a literal command name
+    assert "http://127.0.0.1:9478/health?format=text" in r.curl_calls[0]
+    assert r.agentd_calls == [] and r.rc == 3 and r.updates == []
+    for what in ("AGENTD_URL is not an http(s) URL", "not KEY=value", "AGENTD_NODENAME is not a node name",
+                 "AGENTD_REASON_MAX is not a number", "unknown setting 'PATH'"):
+        assert what in r.log, what
+
+
+def test_a_file_others_may_write_is_ignored(run, tmp_path: Path) -> None:
+    exe = other_agentd(tmp_path)
+    write_conf(tmp_path, f"AGENTD_BIN={exe}\nAGENTD_NODENAME=gpu-a17\n", mode=0o666)
+    r = run(curl_rc=7, check_body="ok\n", check_rc=0, AGENTD_NODENAME="", SLURMD_NODENAME="gpu01", show=DRAINED_BY_AGENTD)
+    assert "writable by others or not owned by root; ignored" in r.log
+    assert not (tmp_path / "log" / "which").exists() and r.agentd_calls == ["check --format text"]
+    assert r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the file to another owner")
+def test_a_file_owned_by_someone_else_is_ignored(run, tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "AGENTD_NODENAME=gpu-a17\n")
+    os.chown(conf, 65534, 65534)
+    r = run(body="ok\n", code=200, AGENTD_NODENAME="", SLURMD_NODENAME="gpu01", show=DRAINED_BY_AGENTD)
+    assert "not owned by root; ignored" in r.log
+    assert r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
