@@ -117,6 +117,47 @@ def test_unit_contract() -> None:
     assert parser["Install"]["WantedBy"] == "multi-user.target"
 
 
+NVIDIA_MAJOR = 195  # fixed: Linux Documentation/admin-guide/devices.txt (195:255 = /dev/nvidiactl)
+
+
+def test_nvml_device_access_survives_a_late_driver() -> None:
+    """char-nvidia* resolves from /proc/devices when the unit starts; the /dev/char/195:N
+    entries are parsed by systemd without the node existing, so a driver loaded after
+    agentd started is still reachable. Read/write only, never mknod."""
+    s = _settings(UNIT)
+    one = {k: v[-1] for k, v in s.items()}
+    assert one["DevicePolicy"] == "closed" and one["PrivateDevices"] == "no"
+    allowed = dict(v.split() for v in s["DeviceAllow"])
+    assert allowed.pop("char-nvidia*") == "rw"
+    want = {f"/dev/char/{NVIDIA_MAJOR}:{m}" for m in (255, *range(16))}
+    assert set(allowed) == want and set(allowed.values()) == {"rw"}
+    # glob-free paths only: systemd matches globs in group names, not in paths
+    assert not any(ch in spec for spec in allowed for ch in "*?[")
+
+
+def test_unit_wants_what_creates_the_nvidia_nodes() -> None:
+    s = _settings(UNIT)
+    assert "nvidia-persistenced.service" in " ".join(s["Wants"]).split()
+    assert "nvidia-persistenced.service" in " ".join(s["After"]).split()
+    # agentd never loads the driver or creates nodes itself
+    assert not any(k.startswith("ExecStartPre") for k in s)
+    assert {k: v[-1] for k, v in s.items()}["NoNewPrivileges"] == "yes"
+
+
+def test_nvidia_group_dropin_adds_only_a_supplementary_group() -> None:
+    s = {k: v[-1] for k, v in _settings(SYSTEMD / "agentd-nvidia-group.conf.example").items()}
+    assert list(s) == ["SupplementaryGroups"] and s["SupplementaryGroups"].split() == ["video"]
+
+
+@pytest.mark.parametrize("dropin", DROPINS, ids=lambda p: p.name)
+def test_packages_ship_every_dropin_example(dropin: Path) -> None:
+    deb = (REPO / "packaging" / "deb" / "build.sh").read_text().replace("\\\n", " ")
+    rpm = (REPO / "packaging" / "rpm" / "agentd.spec").read_text()
+    assert re.search(rf"^for f in .*\b{re.escape(dropin.name)}\b.*; do$", deb, re.M), "deb build.sh examples loop"
+    assert re.search(rf"^%doc .*systemd/{re.escape(dropin.name)}\b", rpm, re.M), "rpm %doc"
+    assert dropin.name in UNIT.read_text(), "the unit's header lists its examples"
+
+
 def test_acs_dropin_grants_only_cap_sys_admin_outside_userns() -> None:
     s = {k: v[-1] for k, v in _settings(SYSTEMD / "agentd-acs.conf.example").items()}
     assert s == {"AmbientCapabilities": "CAP_SYS_ADMIN", "CapabilityBoundingSet": "CAP_SYS_ADMIN", "PrivateUsers": "no"}

@@ -49,8 +49,8 @@ def nvml_unseen(snap: NodeSnapshot) -> tuple[str, ...]:
 
 _BLIND_HINT = ("run `nvidia-smi` on the node. If it fails too, the driver is not loaded or does not match its library "
                "(after an upgrade): drain, reload the driver or reboot. If it works, agentd alone cannot reach NVML: "
-               "systemd unit device access (DeviceAllow, the /dev/nvidia* group; `systemctl restart agentd` after a "
-               "driver load), or the container's NVIDIA runtime (NVIDIA_VISIBLE_DEVICES=all, "
+               "systemd unit device access (missing /dev/nvidia* nodes, their group, DeviceAllow; `systemctl restart "
+               "agentd` after a late driver load), or the container's NVIDIA runtime (NVIDIA_VISIBLE_DEVICES=all, "
                "NVIDIA_DRIVER_CAPABILITIES=utility); see the AgentdNvmlBlind runbook")
 
 
