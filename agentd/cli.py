@@ -1,4 +1,4 @@
-"""Command line: run | check | render | inspect | simulate | baseline.
+"""Command line: run | check | render | inspect | capture | simulate | baseline.
 
 Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
 (warnings only), 2 critical, 3 agentd itself could not run (reason on stderr).
@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="show what agentd reads on this node")
     _common(p)
 
+    p = sub.add_parser("capture", help="record everything agentd reads from this node into one file (docs/capture.md)")
+    _common(p, fmt=False)
+    p.add_argument("--out", type=Path, required=True, help="the capture file to write (tar.gz)")
+    p.add_argument("--redact", action="store_true", help="replace serials, GUIDs, MACs, UUIDs, hostnames and IPs, consistently")
+
     p = sub.add_parser("render", help="write nccl.env, nccl.conf and nccl-topo.xml")
     _common(p, fmt=False)
     p.add_argument("--out-dir", type=Path, help="write the three files here instead of the configured paths")
@@ -77,9 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("baseline", help="manage the inventory baseline")
     bsub = p.add_subparsers(dest="baseline_command", required=True)
     b = bsub.add_parser("reset", help="forget the baseline; the next healthy collection becomes the new one")
-    b.add_argument("--config", type=Path)
-    b = bsub.add_parser("show", help="print the baseline")
-    b.add_argument("--config", type=Path)
+    _common(b, fmt=False)
+    b = bsub.add_parser("show", help="print the baseline (of a root that is not this node: the one recorded with it)")
+    _common(b, fmt=False)
     return ap
 
 
@@ -108,11 +113,16 @@ def _host(config: AgentConfig) -> HostRoot:
     return HostRoot.at(root, config.host_mode)
 
 
-def _collect(config: AgentConfig, *, rate_window: bool) -> tuple[NodeSnapshot, tuple[NodeSnapshot, ...]]:
+def _not_the_node(host: HostRoot) -> str:
+    """How a root that is not the node is named in messages (DESIGN.md 3, docs/node-state.md)."""
+    return f"host root {host.root} is not this node ({host.mode}: {host.mode_reason})"
+
+
+def _collect(config: AgentConfig, *, rate_window: bool, host: HostRoot | None = None) -> tuple[NodeSnapshot, tuple[NodeSnapshot, ...]]:
     """One snapshot, plus the one before it when counter rates are wanted."""
     from agentd.collection.collector import Collector, probes_in
 
-    c = Collector(_host(config), config)
+    c = Collector(host if host is not None else _host(config), config)
     c.run_sync()
     first = c.snapshot()
     window = config.intervals.check_rate_window_s
@@ -139,18 +149,32 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from agentd.judging.judge import judge
-    from agentd.outputs.baseline_store import BaselineError, load_baseline, save_baseline
+    from agentd.judging.judge import judge, node_identity
+    from agentd.outputs.baseline_store import (
+        BaselineError,
+        load_baseline,
+        load_recorded_baseline,
+        read_machine_id,
+        recorded_baseline_path,
+        save_baseline,
+    )
     from agentd.views import findings_json, findings_text
 
     config = _config(args)
-    snap, history = _collect(config, rate_window=True)
+    host = _host(config)
+    snap, history = _collect(config, rate_window=True, host=host)
     try:
-        baseline = load_baseline(config.paths.baseline)
+        # paths.baseline is the node's: only a live root reads and writes it (DESIGN.md 3).
+        baseline = load_baseline(config.paths.baseline) if host.is_live else load_recorded_baseline(host)
     except BaselineError as e:
         raise UsageError(str(e)) from None
-    j = judge(snap, history, config, baseline)
-    if j.new_baseline is not None:
+    if not host.is_live:
+        rel = recorded_baseline_path(host)
+        against = f"against its recorded baseline {host.abs(rel)} (read-only)" if baseline is not None and rel else "without a baseline"
+        print(f"agentd: note: {_not_the_node(host)}: judged {against}; the node's {config.paths.baseline} is neither read nor written",
+              file=sys.stderr)
+    j = judge(snap, history, config, baseline, node_identity(snap, config, read_machine_id(host)))
+    if j.new_baseline is not None and host.is_live:
         res = save_baseline(config.paths.baseline, j.new_baseline)
         if not res.ok:
             print(f"agentd: note: baseline not saved: {res.error}", file=sys.stderr)
@@ -171,7 +195,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     from agentd.outputs.managed import ManagedFile, stable_text
 
     config = _config(args)
-    snap, history = _collect(config, rate_window=False)
+    host = _host(config)
+    if args.out_dir is None and not host.is_live:
+        raise UsageError(f"{_not_the_node(host)}: its NCCL files are not the node's {config.paths.nccl_env}, "
+                         f"{config.paths.nccl_conf} and {config.paths.nccl_topo}; give --out-dir DIR to write (or --diff against) them there")
+    snap, history = _collect(config, rate_window=False, host=host)
     if args.out_dir is not None:
         targets = {"env": args.out_dir / "nccl.env", "conf": args.out_dir / "nccl.conf", "topo": args.out_dir / "nccl-topo.xml"}
     else:
@@ -237,10 +265,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from agentd.outputs.baseline_store import BaselineError, load_baseline, reset_baseline
+    from agentd.outputs.baseline_store import BaselineError, load_baseline, load_recorded_baseline, recorded_baseline_path, reset_baseline
 
-    config = load_config(args.config)
+    config = _config(args)
+    host = _host(config)
     path = config.paths.baseline
+    if not host.is_live:  # the node's baseline is not this root's (DESIGN.md 3)
+        if args.baseline_command == "reset":
+            raise UsageError(f"{_not_the_node(host)}: `agentd baseline reset` resets only the node's own {path}; "
+                             "a baseline recorded with a capture is part of it and is never changed")
+        rel = recorded_baseline_path(host)
+        shown = host.abs(rel) if rel else f"{host.root} (no recorded answers)"
+        try:
+            b = load_recorded_baseline(host)
+        except BaselineError as e:
+            raise UsageError(str(e)) from None
+        print(f"agentd: note: {_not_the_node(host)}: showing the baseline recorded with it, not the node's {path}", file=sys.stderr)
+        print(json_text(b.model_dump(mode="json"), indent=2) if b is not None else f"{shown}: no recorded baseline")
+        return EXIT_OK
     if args.baseline_command == "reset":
         print(f"{path}: {'removed' if reset_baseline(path) else 'no baseline'}")
         return EXIT_OK
@@ -258,6 +300,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench(args)
 
 
+def cmd_capture(args: argparse.Namespace) -> int:
+    from agentd.base.escape import printable
+    from agentd.capture.record import capture
+
+    config = _config(args)
+    res = capture(_host(config), config, args.out, redact=args.redact)
+    what = ", ".join(res.answers) or "none"
+    print(f"agentd: captured {printable(res.snapshot.host_root)} ({res.snapshot.host_mode}) into {res.out}: {res.files} files, {res.bytes_written} bytes; recorded answers: {what}{'; redacted' if res.redacted else ''}")
+    for p in res.problems:
+        print(f"agentd: note: {printable(p)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _open_capture(args: argparse.Namespace) -> None:
+    """``--host-root FILE``: the capture's unpacked tree stands in for the root."""
+    root = getattr(args, "host_root", None)
+    if root is not None and root.is_file():
+        from agentd.capture.replay import CaptureError, open_capture
+
+        try:
+            args.host_root = open_capture(root)
+        except CaptureError as e:
+            raise UsageError(str(e)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from agentd.daemon.app import main_run
 
@@ -269,6 +336,7 @@ COMMANDS = {
     "check": cmd_check,
     "inspect": cmd_inspect,
     "render": cmd_render,
+    "capture": cmd_capture,
     "simulate": cmd_simulate,
     "baseline": cmd_baseline,
     "bench": cmd_bench,
@@ -278,6 +346,7 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _open_capture(args)
         return COMMANDS[args.command](args)
     except (ConfigError, UsageError) as e:
         print(f"agentd: {e}", file=sys.stderr)

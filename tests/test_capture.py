@@ -1,0 +1,196 @@
+"""``agentd capture`` and ``--host-root FILE``: a node recorded into one file replays to the
+same findings and inspect sections (docs/capture.md)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from agentd import sim
+from agentd.base import recorded
+from agentd.cli import main
+from tests.test_odd_names import odd_tree
+
+# (profile, faults): every profile, healthy and with faults of each area
+CASES = [
+    ("h100-ib", ()),
+    ("h100-ib", ("port_down", "nvlink_down@gpu1", "pcie_downtrained")),
+    ("h100-ib", ("nvml_init_error",)),
+    ("h100-roce", ()),
+    ("h100-roce", ("pfc_off", "mtu_mismatch", "ecn_off")),
+    ("pcie-4gpu", ()),
+    ("pcie-4gpu", ("gpu_removed",)),
+]
+
+
+def _config(tmp: Path) -> Path:
+    """State of the test's own, never the machine's."""
+    cfg = tmp / "agentd.toml"
+    cfg.write_text(f'[paths]\nbaseline = "{tmp / "baseline.json"}"\nstate_dir = "{tmp}"\n')
+    return cfg
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _inspect(capsys: pytest.CaptureFixture[str], cfg: Path, root: Path) -> dict:
+    code, out, err = _run(capsys, "inspect", "--config", str(cfg), "--host-root", str(root), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    for k in ("host_root", "taken_at"):
+        doc.pop(k)
+    mode = doc.pop("host_mode")
+    doc["probes"] = sorted((p["name"], p["ok"], p["error"]) for p in doc["probes"])
+    return {"mode": mode["mode"], **doc}
+
+
+def _check(capsys: pytest.CaptureFixture[str], cfg: Path, root: Path) -> tuple[int, list]:
+    code, out, err = _run(capsys, "check", "--config", str(cfg), "--host-root", str(root), "--format", "json", "--all")
+    doc = json.loads(out)
+    return code, sorted((f["code"], f["severity"], f["subject"], f["message"]) for f in doc["findings"])
+
+
+def _members(path: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(path, encoding="utf-8", errors="surrogateescape") as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+@pytest.mark.parametrize("profile, faults", CASES, ids=[f"{p}-{'+'.join(f) or 'healthy'}" for p, f in CASES])
+def test_a_capture_of_a_simulated_node_replays_to_the_same_findings_and_inspect(tmp_path, capsys, profile, faults):
+    assert {f.partition("@")[0] for f in faults} <= set(sim.FAULT_KINDS)
+    cfg = _config(tmp_path)
+    root = sim.build_tree(profile, tmp_path / "node", faults=list(faults))
+    before_check = _check(capsys, cfg, root)
+    before_inspect = _inspect(capsys, cfg, root)
+
+    out = tmp_path / "node.tar.gz"
+    code, said, err = _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out))
+    assert code == 0, err
+    assert str(out) in said
+
+    assert _check(capsys, cfg, out) == before_check
+    after = _inspect(capsys, cfg, out)
+    assert (before_inspect.pop("mode"), after.pop("mode")) == ("simulated", "offline")
+    assert after == before_inspect
+
+
+def test_a_capture_of_this_machine_replays_to_its_inspect_sections(tmp_path, capsys):
+    """Live: whatever this machine has (CI's container, a GPU node). Counters move between
+    the two looks, so they are compared by name; everything else must be equal."""
+    cfg = _config(tmp_path)
+    out = tmp_path / "live.tar.gz"
+    code, _, err = _run(capsys, "capture", "--config", str(cfg), "--out", str(out))
+    assert code == 0, err
+    live, replay = _inspect(capsys, cfg, Path("/")), _inspect(capsys, cfg, out)
+    assert (live.pop("mode"), replay.pop("mode")) == ("live", "offline")
+
+    def by_name(doc: dict) -> dict:
+        doc["netdevs"] = [{**n, "ethtool": sorted(n["ethtool"]) if n.get("ethtool") is not None else None} for n in doc["netdevs"]]
+        for h in doc["hcas"]:
+            for p in h["ports"]:
+                p["counters"], p["hw_counters"] = sorted(p["counters"]), sorted(p["hw_counters"])
+        for g in doc["nvml"]["gpus"]:
+            for link in g.get("nvlinks") or []:
+                link["errors"] = sorted(link.get("errors") or {})
+        return doc
+
+    assert by_name(replay) == by_name(live)
+    manifest = json.loads(tarfile.open(out).extractfile(recorded.MANIFEST).read())
+    assert manifest["kind"] == "capture" and manifest["source"]["mode"] == "live"
+    assert recorded.NVML in manifest["answers"] and recorded.UNAME in manifest["answers"]
+
+
+def test_the_file_keeps_sysfs_symlinks_and_holds_only_files_directories_and_links(tmp_path, capsys):
+    cfg = _config(tmp_path)
+    root = sim.build_tree("h100-roce", tmp_path / "node")
+    out = tmp_path / "c.tgz"
+    assert _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out))[0] == 0
+    m = _members(out)
+    net = m["sys/class/net/ens1np0"]
+    assert net.issym() and net.linkname == os.readlink(root / "sys/class/net/ens1np0")
+    assert m["sys/class/infiniband/mlx5_0"].issym()
+    assert all(x.isdir() or x.isfile() or x.issym() for x in m.values())
+    assert all(not x.name.startswith("/") and ".." not in x.name.split("/") for x in m.values())
+    doc = json.loads(tarfile.open(out).extractfile(recorded.MANIFEST).read())
+    assert (doc["format"], doc["version"], doc["kind"]) == (recorded.FORMAT, recorded.VERSION, "capture")
+    assert doc["source"]["mode"] == "simulated" and "dcb/ens1np0" in doc["answers"] and "ethtool/ens1np0" in doc["answers"]
+    # the recorded answers are the formats the readers take
+    text = tarfile.open(out).extractfile(f"{recorded.DIR}/dcb/ens1np0").read().decode()
+    assert "PFC configuration:" in text
+
+
+def test_an_older_simulator_tree_is_captured_in_the_new_format(tmp_path, capsys):
+    cfg = _config(tmp_path)
+    root = sim.build_tree("h100-roce", tmp_path / "node")
+    (root / recorded.MANIFEST).unlink()
+    (root / recorded.DIR / recorded.SIMULATION).unlink()
+    (root / recorded.DIR).rename(root / recorded.LEGACY_DIR)
+    before = _check(capsys, cfg, root)
+    out = tmp_path / "c.tgz"
+    assert _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out))[0] == 0
+    assert not any(n.startswith(recorded.LEGACY_DIR) for n in _members(out))
+    assert _check(capsys, cfg, out) == before
+
+
+def test_odd_bytes_in_names_survive_the_round_trip(tmp_path, capsys):
+    cfg = _config(tmp_path)
+    root = odd_tree(tmp_path / "node")
+    before = _inspect(capsys, cfg, root)
+    out = tmp_path / "c.tgz"
+    assert _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out))[0] == 0
+    after = _inspect(capsys, cfg, out)
+    before.pop("mode"), after.pop("mode")
+    assert after == before
+
+
+# ---------------------------------------------------------------------------
+# a capture is data from elsewhere
+
+
+def _tar_with(tmp: Path, *members: tuple[tarfile.TarInfo, bytes | None]) -> Path:
+    out = tmp / "hostile.tgz"
+    with tarfile.open(out, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def _info(name: str, **kw: object) -> tarfile.TarInfo:
+    i = tarfile.TarInfo(name)
+    for k, v in kw.items():
+        setattr(i, k, v)
+    return i
+
+
+@pytest.mark.parametrize(
+    "member, why",
+    [
+        (_info("sys/class/net/x", type=tarfile.SYMTYPE, linkname="/etc"), "refused"),
+        (_info("sys/class/net/x", type=tarfile.SYMTYPE, linkname="../../../../../etc"), "refused"),
+        (_info("../escape", size=1), "refused"),
+        (_info("dev/evil", type=tarfile.CHRTYPE, devmajor=1, devminor=3), "not a file, directory or symlink"),
+        (_info("sys/fifo", type=tarfile.FIFOTYPE), "not a file, directory or symlink"),
+    ],
+    ids=["absolute-link", "link-out", "dotdot", "device", "fifo"],
+)
+def test_a_hostile_capture_is_refused_and_nothing_lands_outside(tmp_path, capsys, member, why):
+    data = b"x" if member.isreg() else None
+    path = _tar_with(tmp_path, (_info("sys", type=tarfile.DIRTYPE), None), (member, data))
+    code, _, err = _run(capsys, "inspect", "--config", str(_config(tmp_path)), "--host-root", str(path))
+    assert code == 3 and why in err
+    assert not (tmp_path.parent / "escape").exists()
+
+
+def test_not_a_capture_is_a_usage_error(tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello")
+    code, _, err = _run(capsys, "check", "--config", str(_config(tmp_path)), "--host-root", str(bad))
+    assert code == 3 and "not a capture" in err
