@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("agentd.model", "agentd.config", "agentd.records")),
     ("host", ("agentd.host",)),
     ("collection", ("agentd.collection",)),
+    ("capture", ("agentd.capture",)),
     ("judging", ("agentd.judging", "agentd.judging.checks")),
     ("nccl", ("agentd.nccl",)),
     ("metrics", ("agentd.metrics",)),

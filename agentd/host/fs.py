@@ -24,7 +24,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 from agentd.base import recorded
 from agentd.base.atomic import read_fd
@@ -43,6 +43,15 @@ class ReadFailure(Exception):
 
 
 HostMode = Literal["live", "offline", "simulated"]
+
+
+class ReadRecorder(Protocol):
+    """What ``agentd capture`` learns from one collection: every path (absolute, as the
+    reader spelled it under the root) the readers touched, and the bytes they read."""
+
+    def file(self, path: str, data: bytes) -> None: ...
+    def listing(self, path: str, names: list[str]) -> None: ...
+    def touched(self, path: str) -> None: ...  # tested, followed or resolved
 HOST_MODES: tuple[str, ...] = ("auto", "live", "offline", "simulated")
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 
@@ -64,6 +73,8 @@ class HostRoot:
     mode_reason: str = ""
     answers: str | None = None
     manifest: Mapping[str, Any] | None = field(default=None, compare=False)
+    # Told of every path read, listed, tested or followed (``agentd capture``); None: off.
+    recorder: ReadRecorder | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.mode is None:
@@ -215,8 +226,10 @@ class ReadContext:
     _confined: bool = field(init=False, repr=False)
     _real_root: str | None = field(init=False, repr=False)
     _dirs: dict[str, str | None] = field(init=False, repr=False)
+    _rec: ReadRecorder | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self._rec = self.host.recorder
         self._root_str = str(self.host.root)
         # Under "/" every path is inside the root: nothing to check.
         self._confined = self._root_str != "/"
@@ -289,6 +302,8 @@ class ReadContext:
             if required:
                 self.error(rel, "missing", "does not exist")
             return None
+        if self._rec is not None:
+            self._rec.touched(self._abs(rel))
         if self._confined:  # reads below rel (or below real) need no second resolution
             r = str(real)
             self._dirs.setdefault(r, r)
@@ -305,6 +320,8 @@ class ReadContext:
             target = os.readlink(q)
         except OSError:
             return None
+        if self._rec is not None:
+            self._rec.touched(p)
         return os.path.basename(target.rstrip("/")) or None
 
     def exists(self, path: str | os.PathLike[str]) -> bool:
@@ -312,7 +329,10 @@ class ReadContext:
         False, with an ``escape`` error, when a directory on the way leaves the root."""
         p = self._abs(path)
         q = self._confine(p) if self._confined else p
-        return q is not None and os.path.lexists(q)
+        found = q is not None and os.path.lexists(q)
+        if found and self._rec is not None:
+            self._rec.touched(p)
+        return found
 
     def listdir(self, path: str | os.PathLike[str], *, required: bool = False) -> list[str]:
         p = self._abs(path)
@@ -326,7 +346,10 @@ class ReadContext:
             if required or kind != "missing":
                 self.error(p, kind, e.strerror or str(e))
             return []
-        return sorted(names)
+        names.sort()
+        if self._rec is not None:
+            self._rec.listing(p, names)
+        return names
 
     def _abs(self, path: str | os.PathLike[str]) -> str:
         """Absolute paths already under the root (from ``resolve``) are kept; anything
@@ -339,6 +362,13 @@ class ReadContext:
                 return p
             p = p.lstrip("/")
         return root + p if root == "/" else root + "/" + p
+
+    def read_done(self, path: str, data: bytes) -> None:
+        """Count (and record) a read a reader made itself, on a path this context
+        already confined (PCI ``config``: its size depends on the device)."""
+        self.files_read += 1
+        if self._rec is not None:
+            self._rec.file(path, data)
 
     # -- values -------------------------------------------------------------
     def raw(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES) -> bytes | None:
@@ -357,6 +387,8 @@ class ReadContext:
                 self.error(p, kind, e.strerror or str(e))
             return None
         self.files_read += 1
+        if self._rec is not None:
+            self._rec.file(p, data)
         return data
 
     def text(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES) -> str | None:

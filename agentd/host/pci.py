@@ -153,7 +153,7 @@ def _config(ctx: ReadContext, dev_dir: str, class_code: int) -> bytes | None:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             return None  # no config file in this tree: nothing to judge (config_bytes None)
         return b""  # refused (EACCES from a security module, EIO): 0 bytes, judged as cut
-    ctx.files_read += 1
+    ctx.read_done(f"{dev_dir}/config", data)
     return data
 
 
