@@ -294,6 +294,9 @@ class NvmlInfo(Record):
     cuda_driver_version: int | None = None  # 12040
     gpus: tuple[NvmlGpu, ...] = ()
     error: str | None = None  # why not available
+    # False: nobody could be asked (a root that is not live and recorded no NVML answer);
+    # "unavailable" then says nothing about the node's NVML.
+    asked: bool = True
 
 
 class Gpu(Record):

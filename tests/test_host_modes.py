@@ -172,3 +172,24 @@ def test_inspect_through_a_bind_mounted_host_equals_inspect_of_slash(tmp_path):
     through, direct = json.loads(mounted.stdout), json.loads(plain.stdout)
     assert through["host_mode"]["mode"] == "live" and "running kernel" in through["host_mode"]["reason"]
     assert _normalized(through) == _normalized(direct)
+
+
+def test_a_copied_tree_without_recorded_answers_is_not_judged_nvml_blind(tmp_path):
+    """NVIDIA GPUs on PCI and no NVML answer: on the node that is nvml.blind; in a copy of
+    its sysfs nobody could ask NVML, which says nothing about the node."""
+    from agentd.collection.collector import collect_once
+    from agentd.config import AgentConfig
+    from agentd.judging.judge import judge
+
+    root = sim.build_tree("h100-ib", tmp_path / "node")
+    shutil.rmtree(root / recorded.DIR)
+    h = HostRoot.at(root)
+    assert h.mode == "offline" and h.answers is None
+    snap = collect_once(h, AgentConfig(host_root=root))
+    assert not snap.nvml.available and not snap.nvml.asked
+    codes = {f.code for f in judge(snap, (), AgentConfig(host_root=root), None).findings}
+    assert "nvml.blind" not in codes
+    # the same tree with the recorded answer saying NVML failed is blind
+    live_like = sim.build_tree("h100-ib", tmp_path / "node2", faults=["nvml_init_error"])
+    snap2 = collect_once(HostRoot.at(live_like), AgentConfig(host_root=live_like))
+    assert "nvml.blind" in {f.code for f in judge(snap2, (), AgentConfig(host_root=live_like), None).findings}

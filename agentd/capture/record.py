@@ -203,7 +203,7 @@ def _nvml_answer(snap: NodeSnapshot) -> dict[str, Any]:
     nv = snap.nvml
     if not nv.available:
         return {"init_error": nv.error or "NVML unavailable", "gpus": []}
-    return nv.model_dump(mode="json", exclude={"available", "error"})
+    return nv.model_dump(mode="json", exclude={"available", "error", "asked"})
 
 
 def _answers(tree: _Tree, host: HostRoot, config: AgentConfig, snap: NodeSnapshot, problems: list[str]) -> list[str]:

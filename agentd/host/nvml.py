@@ -306,4 +306,4 @@ def read_nvml(ctx: ReadContext) -> NvmlInfo:
     path = ctx.host.recorded(recorded.NVML)
     if path is not None:
         return _read_recorded(ctx, path)
-    return NvmlInfo(available=False, error=f"no NVML: an {ctx.host.mode} host root without recorded answers")
+    return NvmlInfo(available=False, error=f"no NVML: an {ctx.host.mode} host root without recorded answers", asked=False)

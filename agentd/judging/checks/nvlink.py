@@ -59,8 +59,9 @@ def _nvml_probe_failed(snap: NodeSnapshot) -> bool:
 
 
 def nvml_blind(snap: NodeSnapshot) -> bool:
-    """Whether ``nvml.blind`` is raised for this snapshot."""
-    return bool(nvml_unseen(snap)) and not _nvml_probe_failed(snap)
+    """Whether ``nvml.blind`` is raised for this snapshot. Not for a root whose NVML
+    nobody could ask (a copied tree without recorded answers): that is not the node's."""
+    return snap.nvml.asked and bool(nvml_unseen(snap)) and not _nvml_probe_failed(snap)
 
 
 def check_nvml_blind(inp: CheckInput) -> list[Finding]:
