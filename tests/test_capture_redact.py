@@ -114,7 +114,7 @@ def test_no_identity_survives_anywhere(roce: tuple[Path, Path, Redactor]) -> Non
     assert left == []
     assert b"10.1.2.3" not in blob
     s = r.summary()
-    assert s["mac"] >= 9 and s["uuid"] >= 10 and s["hostname"] == 1 and s["ipv4"] >= 8
+    assert s["mac"] >= 9 and s["guid"] >= 8 and s["uuid"] >= 10 and s["hostname"] == 1 and s["ipv4"] >= 8
 
 
 def test_formats_stay_valid_for_their_readers(roce: tuple[Path, Path, Redactor]) -> None:

@@ -210,9 +210,11 @@ class Redactor:
         return self.redact_bytes(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
 
     def summary(self) -> dict[str, int]:
-        """For the manifest: distinct values replaced per kind (``mac``, ``guid``,
-        ``ipv4``, ``ipv6_prefix``, ``uuid``, ``hostname``, ``serial``), and
-        ``binary_untouched``, the number of binary files left as they were."""
+        """For the manifest: distinct values replaced per kind (``mac``, ``guid`` (GUIDs
+        and GID interface ids, MAC-derived ones too), ``ipv4``, ``ipv6_prefix``, ``uuid``
+        (machine-ids too), ``hostname``, ``serial``), and counts of ``pci_dsn`` (Device
+        Serial Number capabilities rewritten) and ``binary_untouched`` (binary files left
+        as they were). Kinds with nothing to count are absent."""
         out = {kind: len(m) for kind, m in sorted(self._maps.items())}
         out.update(sorted(self._counts.items()))
         return out
@@ -256,12 +258,12 @@ class Redactor:
         if value in (0, _M64):
             return value
         b = value.to_bytes(8, "big")
-        if b[3:5] == b"\xff\xfe":  # EUI-64 of a MAC (U/L bit inverted)
-            m = self._mac(bytes([b[0] ^ 0x02]) + b[1:3] + b[5:8])
-            return int.from_bytes(bytes([m[0] ^ 0x02]) + m[1:3] + b"\xff\xfe" + m[3:6], "big")
-        if b[3:5] == b"\x03\x00":  # Mellanox GUID of a MAC
-            m = self._mac(b[0:3] + b[5:8])
-            return int.from_bytes(m[0:3] + b"\x03\x00" + m[3:6], "big")
+        if b[3:5] in (b"\xff\xfe", b"\x03\x00"):  # EUI-64 of a MAC (U/L bit inverted), Mellanox GUID of a MAC
+            flip = 0x02 if b[3:5] == b"\xff\xfe" else 0
+            m = self._mac(bytes([b[0] ^ flip]) + b[1:3] + b[5:8])
+            derived = int.from_bytes(bytes([m[0] ^ flip]) + m[1:3] + b[3:5] + m[3:6], "big")
+            self._maps.setdefault("guid", {})[value] = derived  # counted; generic draws avoid these middles
+            return derived
 
         def draw(attempt: int) -> int:
             d = self._digest("guid", b, attempt)
