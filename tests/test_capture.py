@@ -194,3 +194,26 @@ def test_not_a_capture_is_a_usage_error(tmp_path, capsys):
     bad.write_text("hello")
     code, _, err = _run(capsys, "check", "--config", str(_config(tmp_path)), "--host-root", str(bad))
     assert code == 3 and "not a capture" in err
+
+
+def test_a_redacted_capture_hides_identities_and_replays_to_the_same_findings(tmp_path, capsys):
+    cfg = _config(tmp_path)
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["port_down", "pfc_off"])
+    before = [(c, s, subj) for c, s, subj, _ in _check(capsys, cfg, root)[1]]
+    out = tmp_path / "r.tgz"
+    code, said, err = _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out), "--redact")
+    assert code == 0 and "redacted" in said, err
+    secrets = {
+        (root / "sys/class/infiniband/mlx5_0/node_guid").read_text().strip(),
+        (root / "sys/class/net/ens1np0/address").read_text().strip(),
+        json.loads((root / recorded.DIR / recorded.NVML).read_text())["gpus"][0]["uuid"].removeprefix("GPU-"),
+        (root / "proc/sys/kernel/hostname").read_text().strip(),
+    }
+    with tarfile.open(out) as tar:
+        blobs = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]
+        manifest = json.loads(tar.extractfile(recorded.MANIFEST).read())
+    for secret in secrets:
+        assert not any(secret.encode() in b for b in blobs), secret
+    assert manifest["redacted"] is True and manifest["source"]["hostname"] is None and manifest["redactions"]
+    after = [(c, s, subj) for c, s, subj, _ in _check(capsys, cfg, out)[1]]
+    assert after == before

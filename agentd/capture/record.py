@@ -284,6 +284,7 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
 
     hostname = snap.system.hostname
     summary: dict[str, Any] = {}
+    said = {"host_root": str(host.root), "mode_reason": host.mode_reason}
     if redact:
         from agentd.capture.redact import Redactor
 
@@ -292,12 +293,13 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
         for rel, (kind, data) in list(tree.members.items()):
             if kind == "file":
                 tree.members[rel] = (kind, redactor.redact(rel, data))
+        said = {k: redactor.redact_text(v) for k, v in said.items()}  # a boot id, a path with a hostname
         summary = redactor.summary()
     created = datetime.now(UTC).isoformat(timespec="seconds")
     source = {
-        "host_root": str(host.root),
+        "host_root": said["host_root"],
         "mode": host.mode,
-        "mode_reason": host.mode_reason,
+        "mode_reason": said["mode_reason"],
         "hostname": None if redact else hostname,
         "kernel_release": snap.gdr.kernel_release,
         "arch": snap.system.arch,
