@@ -8,6 +8,12 @@ The inventory checks compare against it: a GPU (by PCI bus id), an HCA (by name 
 bus id, so a renamed RDMA device is not "missing") or a port that was recorded and is
 gone now is ``inventory.*.missing``. Ports that were ACTIVE at baseline time also let the
 IB check judge non-compute ports (a storage port that used to be up and is down now).
+
+The baseline belongs to one node (DESIGN.md 3): it records the node's identity (machine-id,
+hostname, and the host root it was taken from). ``foreign_reason`` says when a baseline is
+another node's (a copied /var/lib/agentd, an image baked with one): it is then not used,
+and judged as ``baseline.foreign`` instead of as lost GPUs and HCAs. A baseline written
+before identities were recorded is adopted: ``adopted`` adds this node's identity to it.
 """
 
 from __future__ import annotations
@@ -65,10 +71,23 @@ class BaselineHca(Record):
         return None
 
 
+class NodeIdentity(Record):
+    """Which node a baseline belongs to. ``machine_id`` (``/etc/machine-id`` under the host
+    root, 32 hex digits; None when absent, uninitialized or unreadable) decides when both
+    sides know it; else the hostname does. ``host_root`` is where it was read, for the
+    message only: ``/`` and a container's ``/host`` are the same node."""
+
+    machine_id: str | None = None
+    hostname: str | None = None
+    host_root: str | None = None
+
+
 class Baseline(Record):
     version: int = BASELINE_VERSION
     taken_at: float
     hostname: str | None = None
+    machine_id: str | None = None  # None: not known, or a baseline from before identities
+    host_root: str | None = None
     gpus: tuple[BaselineGpu, ...] = ()
     hcas: tuple[BaselineHca, ...] = ()
 
@@ -100,15 +119,43 @@ class Baseline(Record):
         return p is not None and p.active
 
 
-def baseline_from(snapshot: NodeSnapshot, roles: HcaRoles) -> Baseline:
-    """The inventory of ``snapshot`` as a baseline (GPUs, HCAs with their ports and roles).
+def identity_of(baseline: Baseline) -> NodeIdentity:
+    return NodeIdentity(machine_id=baseline.machine_id, hostname=baseline.hostname, host_root=baseline.host_root)
+
+
+def foreign_reason(baseline: Baseline, node: NodeIdentity) -> str | None:
+    """Why ``baseline`` is another node's than ``node``, or None when it is (or may be)
+    this node's: the machine-ids differ when both are known, else the hostnames differ
+    when both are known. Nothing known on either side: this node's (adopted)."""
+    if baseline.machine_id and node.machine_id:
+        if baseline.machine_id != node.machine_id:
+            return f"machine-id {baseline.machine_id}, not this node's {node.machine_id}"
+        return None
+    if baseline.hostname and node.hostname and baseline.hostname != node.hostname:
+        return f"hostname {baseline.hostname!r}, not this node's {node.hostname!r}"
+    return None
+
+
+def adopted(baseline: Baseline, node: NodeIdentity) -> Baseline | None:
+    """``baseline`` (this node's) with the parts of ``node``'s identity it lacks, or None
+    when it lacks none: a baseline from before identities were recorded gets them on its
+    next save. Known parts are never changed (a renamed node keeps its baseline)."""
+    update = {k: v for k, v in node.model_dump().items() if v and not getattr(baseline, k)}
+    return baseline.model_copy(update=update) if update else None
+
+
+def baseline_from(snapshot: NodeSnapshot, roles: HcaRoles, node: NodeIdentity | None = None) -> Baseline:
+    """The inventory of ``snapshot`` as a baseline (GPUs, HCAs with their ports and roles),
+    with ``node``'s identity (the hostname defaults to the snapshot's).
 
     Total on any snapshot (``judge`` calls it outside the per-check guard): a GPU whose
     bus id is not one (a simulated source can hand over any text) cannot be found again
     by it and is left out; such an HCA is recorded by name only."""
     return Baseline(
         taken_at=snapshot.taken_at,
-        hostname=snapshot.system.hostname,
+        hostname=(node.hostname if node is not None and node.hostname else None) or snapshot.system.hostname,
+        machine_id=node.machine_id if node is not None else None,
+        host_root=node.host_root if node is not None else None,
         gpus=tuple(
             BaselineGpu(index=g.index, pci_bus_id=g.pci_bus_id, name=g.name, uuid=g.uuid)
             for g in sorted(snapshot.gpus, key=lambda g: g.pci_bus_id)

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from agentd.config import AgentConfig
-from agentd.judging.baseline import Baseline, baseline_from
+from agentd.judging.baseline import Baseline, NodeIdentity, adopted, baseline_from, foreign_reason
 from agentd.judging.checks import CheckInput, run_checks
+from agentd.judging.checks.inventory import foreign_baseline
 from agentd.judging.roles import HcaRoles, hca_roles
-from agentd.model import Finding, NodeSnapshot, overall_status
+from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,33 @@ class Judgement:
     roles: HcaRoles
     findings: tuple[Finding, ...]
     status: str  # ok | degraded | critical
-    new_baseline: Baseline | None  # set when there was none and this snapshot is healthy
+    # To save: a first one when there was none and this snapshot is healthy, or the one
+    # there was with this node's identity added (``baseline.adopted``).
+    new_baseline: Baseline | None
 
 
-def judge(snapshot: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None) -> Judgement:
+def node_identity(snapshot: NodeSnapshot, config: AgentConfig, machine_id: str | None = None) -> NodeIdentity:
+    """The node as judged: its machine-id (the shell reads it), the snapshot's hostname and
+    the configured host root."""
+    return NodeIdentity(machine_id=machine_id, hostname=snapshot.system.hostname, host_root=str(config.host_root))
+
+
+def judge(snapshot: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None,
+          identity: NodeIdentity | None = None) -> Judgement:
+    """``identity``: the node's (default: ``node_identity`` without a machine-id). A
+    baseline of another node is not used: ``baseline.foreign`` says so, and no new one is
+    saved over it (``agentd baseline reset`` does that)."""
+    node = identity if identity is not None else node_identity(snapshot, config)
+    foreign = foreign_reason(baseline, node) if baseline is not None else None
     roles = hca_roles(snapshot, config.hca)
-    findings = tuple(run_checks(CheckInput(snapshot=snapshot, history=tuple(history), config=config, baseline=baseline, roles=roles)))
+    used = None if foreign else baseline
+    found = run_checks(CheckInput(snapshot=snapshot, history=tuple(history), config=config, baseline=used, roles=roles))
+    if foreign and baseline is not None:
+        found = sort_findings([*found, foreign_baseline(baseline, node, foreign)])
+    findings = tuple(found)
     status = overall_status(findings)
-    new_baseline = baseline_from(snapshot, roles) if baseline is None and status == "ok" else None
+    if baseline is None:
+        new_baseline = baseline_from(snapshot, roles, node) if status == "ok" else None
+    else:
+        new_baseline = None if foreign else adopted(baseline, node)
     return Judgement(snapshot, roles, findings, status, new_baseline)

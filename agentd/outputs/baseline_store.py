@@ -1,11 +1,23 @@
-"""Load and persist the inventory baseline (the shell side of agentd.judging.baseline)."""
+"""Load and persist the inventory baseline (the shell side of agentd.judging.baseline).
+
+``paths.baseline`` is the node's own (DESIGN.md 3): only a live host root reads or
+writes it. A root that is not the node may carry the baseline its node had when it was
+captured (``<root>/.agentd/state/baseline.json``, agentd.base.recorded.BASELINE), read
+through the host root and never written (``load_recorded_baseline``).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from agentd.base import recorded
 from agentd.base.atomic import WriteResult, atomic_write, read_regular, sweep_temps
+from agentd.host.fs import HostRoot, ReadContext
 from agentd.judging.baseline import Baseline, baseline_from_json, baseline_to_json
+
+MACHINE_ID = "etc/machine-id"
+_MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")
 
 
 class BaselineError(Exception):
@@ -29,6 +41,39 @@ def load_baseline(path: Path) -> Baseline | None:
         return baseline_from_json(text)
     except ValueError as e:
         raise BaselineError(f"baseline {path} is not valid: {e}") from None
+
+
+def read_machine_id(host: HostRoot) -> str | None:
+    """``/etc/machine-id`` under the host root (32 lowercase hex digits), or None when it is
+    absent, ``uninitialized`` (first boot) or not one. Read through the host root."""
+    text = ReadContext(host, "identity").text(MACHINE_ID, max_bytes=256)
+    value = (text or "").strip().lower()
+    return value if _MACHINE_ID_RE.fullmatch(value) else None
+
+
+def recorded_baseline_path(host: HostRoot) -> str | None:
+    """Root-relative path of the baseline a root that is not the node may carry, or None
+    for a live root (its baseline is ``paths.baseline``) or a root without recorded answers."""
+    return None if host.is_live else host.recorded(recorded.BASELINE)
+
+
+def load_recorded_baseline(host: HostRoot) -> Baseline | None:
+    """The baseline recorded with a capture (read-only, through the host root), or None
+    when the root has none. BaselineError when it is there but cannot be used."""
+    rel = recorded_baseline_path(host)
+    if rel is None:
+        return None
+    ctx = ReadContext(host, "baseline")
+    data = ctx.raw(rel, max_bytes=MAX_BYTES)
+    if ctx.errors:
+        e = ctx.errors[0]
+        raise BaselineError(f"cannot read the recorded baseline {host.abs(rel)}: {e.kind}{': ' + e.detail if e.detail else ''}")
+    if data is None:
+        return None
+    try:
+        return baseline_from_json(data)
+    except ValueError as e:
+        raise BaselineError(f"recorded baseline {host.abs(rel)} is not valid: {e}") from None
 
 
 def save_baseline(path: Path, baseline: Baseline) -> WriteResult:

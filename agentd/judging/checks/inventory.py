@@ -6,10 +6,14 @@
   name and by PCI bus id (a device renamed by udev/rdma naming rules is not missing).
 - ``inventory.port.missing`` (critical, subject ``hca:port``): the HCA is present but one
   of its baseline ports is not.
+- ``baseline.foreign`` (warning, subject ``node``): the baseline is another node's
+  (agentd.judging.baseline.foreign_reason); it is not used, so none of the above is judged
+  against it. Raised by agentd.judging.judge, which keeps the baseline from every check.
 """
 
 from __future__ import annotations
 
+from agentd.judging.baseline import Baseline, NodeIdentity
 from agentd.judging.checks.common import CheckInput
 from agentd.judging.findings import NODE, finding, gpu_subject, hca_subject, port_subject
 from agentd.model import Finding
@@ -18,6 +22,18 @@ _GPU_CHECK = "check `lspci -d 10de:` and dmesg (Xid 79, AER, link down); reseat 
 _GPU_HINT = _GPU_CHECK + "; if it was removed on purpose, reset the baseline (`agentd baseline reset`)"
 _HCA_HINT = ("check `lspci -d 15b3:`, `ibstat`, dmesg (mlx5_core errors, firmware); reload the driver or reseat the card; "
              "if it was removed on purpose, reset the baseline (`agentd baseline reset`)")
+_FOREIGN_HINT = ("if this node's GPUs and HCAs are all there, `agentd baseline reset` (the next healthy collection records "
+                 "this node's); find what put another node's baseline here (a copied /var/lib/agentd, an image baked with one)")
+
+
+def foreign_baseline(base: Baseline, node: NodeIdentity, reason: str) -> Finding:
+    """``baseline.foreign``: ``base`` is another node's (``reason``), so it is not used."""
+    taken = f" from host root {base.host_root}" if base.host_root else ""
+    return finding(
+        "baseline.foreign", "warning", NODE,
+        f"the baseline is another node's ({reason}; taken{taken} with {len(base.gpus)} GPUs and {len(base.hcas)} HCAs): "
+        "it is not used, so lost GPUs, HCAs and ports are not judged until this node has its own",
+        _FOREIGN_HINT, measured=base.machine_id or base.hostname or "unknown", expected=node.machine_id or node.hostname or "unknown")
 
 
 def check_inventory(inp: CheckInput) -> list[Finding]:
