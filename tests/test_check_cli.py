@@ -50,7 +50,7 @@ def test_healthy_node_exits_0(node):
     assert doc["status"] == "ok"
     assert all(f["severity"] == "ok" for f in doc["findings"])
     assert set(doc["findings"][0]) >= {"code", "severity", "subject", "message", "remediation"}
-    assert baseline.exists()  # the first healthy run records the inventory
+    assert not baseline.exists()  # a simulated root is not the node: the node's baseline is not made from it
 
 
 def test_critical_fault_exits_2_json_and_text(node):
@@ -108,7 +108,12 @@ def test_unusable_host_root_exits_3(node, tmp_path, what):
 
 
 def test_baseline_survives_restarts_and_catches_removed_devices(node):
-    root, cfg, baseline = node
+    """On a root that is not the node the baseline is the one recorded with it (as
+    `agentd capture` keeps the node's), read-only (docs/node-state.md)."""
+    from tests.support.recorded_baseline import baseline_of, record_baseline
+
+    root, cfg, node_baseline = node
+    baseline = record_baseline(root, baseline_of(root))
     assert run_check(root, cfg).returncode == 0
     recorded = json.loads(baseline.read_text())
     sim.apply_fault(root, "gpu_removed@gpu3")
@@ -122,5 +127,8 @@ def test_baseline_survives_restarts_and_catches_removed_devices(node):
     sim.clear_fault(root, "gpu_removed@gpu3")
     sim.clear_fault(root, "nic_removed@mlx5_5")
     assert run_check(root, cfg).returncode == 0
+    assert json.loads(baseline.read_text()) == recorded and not node_baseline.exists()
+    node_baseline.parent.mkdir(parents=True)
+    node_baseline.write_text("{}")
     reset = subprocess.run([sys.executable, "-m", "agentd", "baseline", "reset", "--config", str(cfg)], capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert reset.returncode == 0 and not baseline.exists()
+    assert reset.returncode == 0 and not node_baseline.exists()  # the node's own (host root /)

@@ -153,10 +153,15 @@ nvml_s = 1
 baseline = "{state / 'baseline.json'}"
 state_dir = "{state}"
 """)
+    from tests.support.recorded_baseline import baseline_of, record_baseline
+
+    # A root that is not the node is judged against the baseline recorded with it (docs/node-state.md).
+    kept = record_baseline(vmd_root, baseline_of(vmd_root))
     p = run_check(vmd_root, cfg, "--format", "json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["status"] == "ok"
-    recorded = json.loads((state / "baseline.json").read_text())
+    assert not (state / "baseline.json").exists()
+    recorded = json.loads(kept.read_text())
     assert VMD_GPU in {g["pci_bus_id"] for g in recorded["gpus"]}
 
     assert run_check(vmd_root, cfg).returncode == 0  # a new process reads the baseline back

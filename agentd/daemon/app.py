@@ -4,6 +4,9 @@
   ``config`` (Path|None), ``host_root`` (Path|None), ``listen`` (str|None), ``simulate``
   (profile name|None), ``sim_dir`` (Path|None) and ``fault`` (list of specs). Exit codes:
   0 clean stop (SIGTERM/SIGINT), 1 the HTTP server cannot start, 3 bad config or host root.
+  On a host root that is not live (a simulated node, a capture), every ``paths.*`` is
+  moved into ``<root>-out/`` beside it, whatever the config says
+  (agentd.outputs.node_state, docs/node-state.md).
 - ``run_daemon(config, *, config_path, host, ready_message=True, overrides=None) -> int``:
   the coroutine, for embedding.
 - ``python -m agentd.daemon.app [run options]`` runs it without the CLI.
@@ -21,11 +24,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from agentd import sim
-from agentd.config import AgentConfig, ConfigError, Paths, load_config
+from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.daemon import Daemon
 from agentd.daemon.logging import configure_logging
 from agentd.host.fs import HostRoot
 from agentd.metrics.agent import process_stats
+from agentd.outputs.node_state import moved_paths, state_dir_for
 
 __all__ = ["Daemon", "main_run", "process_stats", "run_daemon"]
 
@@ -58,14 +62,13 @@ def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Pa
     return Path(sim.build_tree(profile, out, faults=faults))
 
 
-def _sim_paths(config: AgentConfig, out: Path) -> dict[str, str]:
-    """Paths still at their defaults (/etc, /var/lib) moved next to the simulated root."""
-    defaults = Paths()
-    moved = {k: str(out / Path(str(getattr(defaults, k))).name) for k in ("nccl_env", "nccl_conf", "nccl_topo", "baseline")
-             if getattr(config.paths, k) == getattr(defaults, k)}
-    if config.paths.state_dir == defaults.state_dir:
-        moved["state_dir"] = str(out)
-    return moved
+def _not_the_node(config: AgentConfig, host: HostRoot, overrides: dict[str, Any], config_path: Path | None) -> AgentConfig:
+    """A root that is not the node keeps its state beside it, whatever the config says
+    (DESIGN.md 3, docs/node-state.md): every ``paths.*`` moves into ``<root>-out/``. The
+    move is a command-line override, so a reload (SIGHUP) keeps it."""
+    out = state_dir_for(config.host_root)
+    overrides["paths"] = moved_paths(config.paths, out)
+    return load_config(config_path, overrides=overrides)
 
 
 def main_run(args: Any) -> int:
@@ -79,23 +82,28 @@ def main_run(args: Any) -> int:
         if simulate:
             root = _simulated_root(simulate, getattr(args, "sim_dir", None), list(getattr(args, "fault", None) or []))
             overrides["host_root"] = str(root)
-            out = root.parent / f"{root.name}-out"
-            moved = _sim_paths(load_config(args.config, overrides=overrides), out)
-            if moved:
-                overrides["paths"] = moved
         config = load_config(args.config, overrides=overrides or None)
+        if not (config.host_root / "sys").is_dir():
+            print(f"agentd: host root {config.host_root} has no sys/ directory", file=sys.stderr)
+            return 3
+        host = HostRoot.at(config.host_root, config.host_mode)
+        if not host.is_live:
+            config = _not_the_node(config, host, overrides, args.config)
     except (ConfigError, ValueError, KeyError) as e:
         print(f"agentd: {e}", file=sys.stderr)
         return 3
     if simulate:
-        print(f"agentd: simulated node '{simulate}' at {config.host_root}; NCCL files and baseline under {config.paths.nccl_env.parent}", flush=True)
+        print(f"agentd: simulated node '{simulate}' at {config.host_root}", flush=True)
+    if not host.is_live:
+        nfd = f", NFD labels {config.paths.nfd_features}" if config.paths.nfd_features else ""
+        print(f"agentd: host root {config.host_root} is not this node ({host.mode}: {host.mode_reason}); "
+              f"its NCCL files, baseline and state go to {config.paths.state_dir}/ (nccl.env: {config.paths.nccl_env}{nfd}), "
+              "never to the node's paths", flush=True)
+    if simulate:
         print(f"agentd: inject a fault: agentd simulate --out {config.host_root} --fault port_down  (undo: --clear-fault port_down)", flush=True)
     configure_logging(config.log_format, config.log_level)
-    if not (config.host_root / "sys").is_dir():
-        print(f"agentd: host root {config.host_root} has no sys/ directory", file=sys.stderr)
-        return 3
     try:
-        return asyncio.run(run_daemon(config, config_path=args.config, host=HostRoot.at(config.host_root, config.host_mode), overrides=overrides))
+        return asyncio.run(run_daemon(config, config_path=args.config, host=host, overrides=overrides))
     except KeyboardInterrupt:
         return 0
 

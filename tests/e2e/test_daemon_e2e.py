@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemon_harness import agentd_cmd, free_port, stop_process
+from tests.support.daemon_harness import agentd_cmd, free_port, sim_state_dir, stop_process
 
 sim = pytest.importorskip("agentd.sim")
 if not hasattr(sim, "build_tree") or not hasattr(sim, "apply_fault"):
@@ -75,12 +75,13 @@ class Agent:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.root = tmp / "root"
-        self.out = tmp / "out"
+        self.out = sim_state_dir(tmp)  # a simulated root's state is beside it, not at the configured paths
+        node = tmp / "node"
         cfg = tmp / "agentd.toml"
         cfg.write_text(
             CONFIG
-            + f'\n[paths]\nnccl_env = "{self.out}/nccl.env"\nnccl_conf = "{self.out}/nccl.conf"\n'
-            f'nccl_topo = "{self.out}/topo.xml"\nbaseline = "{self.out}/baseline.json"\nstate_dir = "{self.out}"\n'
+            + f'\n[paths]\nnccl_env = "{node}/nccl.env"\nnccl_conf = "{node}/nccl.conf"\n'
+            f'nccl_topo = "{node}/topo.xml"\nbaseline = "{node}/baseline.json"\nstate_dir = "{node}"\n'
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         self.log = open(tmp / "agentd.log", "wb")

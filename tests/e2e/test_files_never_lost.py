@@ -34,7 +34,7 @@ import pytest
 from agentd import sim
 from agentd.base.atomic import atomic_write
 from agentd.outputs.managed import ManagedFile, digest, read_seal, unseal
-from tests.support.daemon_harness import REACT_S, ROOT, Agent, ib_hca, poll, sample
+from tests.support.daemon_harness import REACT_S, ROOT, Agent, ib_hca, poll, sample, sim_state_dir
 
 HERE = Path(__file__).resolve().parent
 
@@ -169,14 +169,14 @@ def test_sigkilled_writer_leaves_a_complete_version(tmp_path):
 
 @pytest.mark.e2e
 def test_daemon_removes_stale_temp_files_at_start(tmp_path):
-    nccl = tmp_path / "nccl"
-    nccl.mkdir()
+    nccl = sim_state_dir(tmp_path / "d")  # where the daemon on a simulated root writes
+    nccl.mkdir(parents=True)
     stale = [nccl / ".nccl.env.k1x2y3z4.tmp", nccl / ".topo.xml.a9b8c7d6.tmp"]
     an_hour_ago = time.time() - 3600
     for s in stale:
         s.write_text("half a file")
         os.utime(s, (an_hour_ago, an_hour_ago))  # left by a writer killed earlier
-    with Agent(tmp_path / "d", nccl_dir=nccl) as a:
+    with Agent(tmp_path / "d") as a:
         assert poll(lambda: a.env_file.exists())
         assert poll(lambda: not any(s.exists() for s in stale), 5), sorted(p.name for p in nccl.iterdir())
 
@@ -261,8 +261,8 @@ def _file_metrics(a: Agent) -> tuple[float | None, float | None]:
 
 @pytest.mark.e2e
 def test_daemon_on_a_full_or_read_only_nccl_dir_reports_and_retries(tmp_path):
-    with tiny_tmpfs(tmp_path / "nccl", "256k") as mnt:
-        a = Agent(tmp_path / "d", nccl_dir=mnt)
+    with tiny_tmpfs(sim_state_dir(tmp_path / "d"), "256k") as mnt:  # where the daemon on a simulated root writes
+        a = Agent(tmp_path / "d")
         try:
             a.wait_ready()
             assert poll(lambda: len(ib_hca(a.env_file)) == 8 and _file_metrics(a)[0] == 1), a.logs()

@@ -23,7 +23,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from agentd.config import load_config
 from agentd.outputs.managed import stable_text
+from agentd.outputs.node_state import moved_paths, state_dir_for
 from agentd.sim.build import pristine_root
 from agentd.sim.faults import advancing_paths
 
@@ -120,25 +122,40 @@ def metric_value(text: str, series: str) -> float | None:
     return None
 
 
+def sim_root(tmp: Path) -> Path:
+    """The simulated root of an ``Agent(tmp)``."""
+    return tmp / "root"
+
+
+def sim_state_dir(tmp: Path) -> Path:
+    """Where an ``Agent(tmp)`` writes its NCCL files, baseline and state: a simulated root
+    is not the node, so ``agentd run`` moves every ``paths.*`` beside it, whatever the
+    config says (agentd.outputs.node_state)."""
+    return state_dir_for(sim_root(tmp))
+
+
 class Agent:
     """One ``agentd run --simulate PROFILE`` process with its tree, config and log.
-    ``nofile``: its RLIMIT_NOFILE (systemd's default soft limit is 1024)."""
+    ``nofile``: its RLIMIT_NOFILE (systemd's default soft limit is 1024). Its outputs are
+    in ``out`` (``sim_state_dir(tmp)``): ``env_file`` is the nccl.env it writes."""
 
     def __init__(self, tmp: Path, *, profile: str = "h100-ib", config: str | None = None, faults: tuple[str, ...] = (),
-                 nccl_dir: Path | None = None, nofile: int | None = None, **intervals: Any):
+                 nofile: int | None = None, **intervals: Any):
         tmp.mkdir(parents=True, exist_ok=True)
         self.tmp = tmp
         self.profile = profile
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.root = tmp / "root"
-        self.out = tmp / "out"
+        self.root = sim_root(tmp)
+        self.out = sim_state_dir(tmp)
         self.out.mkdir(exist_ok=True)
-        self.nccl_dir = nccl_dir or self.out
-        self.env_file = self.nccl_dir / "nccl.env"
         self.baseline_env: str | None = None  # stable text of nccl.env on the healthy node (set by tests)
         self.config_path = tmp / "agentd.toml"
-        self.config_path.write_text(config if config is not None else config_text(out=self.out, nccl_dir=nccl_dir, **intervals))
+        # the config's own paths stand for the node's: the daemon never writes them here
+        self.config_path.write_text(config if config is not None else config_text(out=tmp / "node", **intervals))
+        env_path = moved_paths(load_config(self.config_path, environ={}).paths, self.out)["nccl_env"]
+        assert env_path is not None
+        self.env_file = Path(env_path)
         self.log_path = tmp / "agentd.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         self._log = open(self.log_path, "wb")
@@ -282,7 +299,7 @@ class Daemons:
         if self.agent is None:
             self.starts += 1
             d = self.tmp / f"{profile}-{self.starts}"
-            cfg = config_text(out=d / "out", extra=self.extra_config)
+            cfg = config_text(out=d / "node", extra=self.extra_config)
             self.agent = Agent(d, profile=profile, config=cfg).wait_ready()
             a = self.agent
             ok = poll(lambda: at_rest(a), REACT_S)
