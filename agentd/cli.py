@@ -154,7 +154,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         BaselineError,
         load_baseline,
         load_recorded_baseline,
-        read_machine_id,
         recorded_baseline_path,
         save_baseline,
     )
@@ -173,7 +172,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         against = f"against its recorded baseline {host.abs(rel)} (read-only)" if baseline is not None and rel else "without a baseline"
         print(f"agentd: note: {_not_the_node(host)}: judged {against}; the node's {config.paths.baseline} is neither read nor written",
               file=sys.stderr)
-    j = judge(snap, history, config, baseline, node_identity(snap, config, read_machine_id(host)))
+    j = judge(snap, history, config, baseline, node_identity(snap, config))
     if j.new_baseline is not None and host.is_live:
         res = save_baseline(config.paths.baseline, j.new_baseline)
         if not res.ok:

@@ -253,6 +253,7 @@ class NumaNode(Record):
 
 class SystemInfo(Record):
     hostname: str | None = None
+    machine_id: str | None = None  # /etc/machine-id: 32 lowercase hex digits; None when absent or uninitialized
     arch: str | None = None  # x86_64 | aarch64 | ppc64le
     cpu_vendor: str | None = None  # GenuineIntel | AuthenticAMD
     cpu_family: int | None = None

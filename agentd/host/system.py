@@ -16,6 +16,8 @@ from agentd.host.fs import ReadContext
 from agentd.model import NumaNode, SystemInfo
 
 HOSTNAME = "proc/sys/kernel/hostname"
+MACHINE_ID = "etc/machine-id"  # machine-id(5): the node's identity across reboots
+_MACHINE_ID = re.compile(r"[0-9a-f]{32}")
 ARCH = "proc/sys/kernel/arch"  # Linux >= 6.1
 CPUINFO = "proc/cpuinfo"
 NODES = "sys/devices/system/node"
@@ -148,6 +150,12 @@ def parse_proc_modules(text: str) -> tuple[str, ...]:
     return tuple(line.split(None, 1)[0] for line in text.splitlines() if line.strip())
 
 
+def _machine_id(ctx: ReadContext) -> str | None:
+    """None when absent, ``uninitialized`` (first boot) or not 32 hex digits."""
+    value = (ctx.text(MACHINE_ID, max_bytes=256) or "").strip().lower()
+    return value if _MACHINE_ID.fullmatch(value) else None
+
+
 def read_system(ctx: ReadContext) -> SystemInfo:
     """Never raises; absent files leave their fields None."""
     cpu: dict[str, str] = {}
@@ -167,6 +175,7 @@ def read_system(ctx: ReadContext) -> SystemInfo:
     modules_text = ctx.text(PROC_MODULES, max_bytes=MODULES_MAX_BYTES)
     return SystemInfo(
         hostname=ctx.text(HOSTNAME) or None,
+        machine_id=_machine_id(ctx),
         arch=arch,
         cpu_vendor=vendor,
         cpu_family=family,

@@ -27,15 +27,14 @@ class Judgement:
     new_baseline: Baseline | None
 
 
-def node_identity(snapshot: NodeSnapshot, config: AgentConfig, machine_id: str | None = None) -> NodeIdentity:
-    """The node as judged: its machine-id (the shell reads it), the snapshot's hostname and
-    the configured host root."""
-    return NodeIdentity(machine_id=machine_id, hostname=snapshot.system.hostname, host_root=str(config.host_root))
+def node_identity(snapshot: NodeSnapshot, config: AgentConfig) -> NodeIdentity:
+    """The node as judged: the snapshot's machine-id and hostname, and the configured host root."""
+    return NodeIdentity(machine_id=snapshot.system.machine_id, hostname=snapshot.system.hostname, host_root=str(config.host_root))
 
 
 def judge(snapshot: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None,
           identity: NodeIdentity | None = None) -> Judgement:
-    """``identity``: the node's (default: ``node_identity`` without a machine-id). A
+    """``identity``: the node's (default: ``node_identity``). A
     baseline of another node is not used: ``baseline.foreign`` says so, and no new one is
     saved over it (``agentd baseline reset`` does that)."""
     node = identity if identity is not None else node_identity(snapshot, config)

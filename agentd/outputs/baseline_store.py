@@ -8,16 +8,12 @@ through the host root and never written (``load_recorded_baseline``).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from agentd.base import recorded
 from agentd.base.atomic import WriteResult, atomic_write, read_regular, sweep_temps
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.judging.baseline import Baseline, baseline_from_json, baseline_to_json
-
-MACHINE_ID = "etc/machine-id"
-_MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")
 
 
 class BaselineError(Exception):
@@ -41,14 +37,6 @@ def load_baseline(path: Path) -> Baseline | None:
         return baseline_from_json(text)
     except ValueError as e:
         raise BaselineError(f"baseline {path} is not valid: {e}") from None
-
-
-def read_machine_id(host: HostRoot) -> str | None:
-    """``/etc/machine-id`` under the host root (32 lowercase hex digits), or None when it is
-    absent, ``uninitialized`` (first boot) or not one. Read through the host root."""
-    text = ReadContext(host, "identity").text(MACHINE_ID, max_bytes=256)
-    value = (text or "").strip().lower()
-    return value if _MACHINE_ID_RE.fullmatch(value) else None
 
 
 def recorded_baseline_path(host: HostRoot) -> str | None:

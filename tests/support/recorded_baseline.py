@@ -12,7 +12,6 @@ from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.judging.baseline import Baseline, baseline_to_json
 from agentd.judging.judge import judge, node_identity
-from agentd.outputs.baseline_store import read_machine_id
 
 
 def baseline_of(root: Path) -> Baseline:
@@ -22,7 +21,7 @@ def baseline_of(root: Path) -> Baseline:
     c = Collector(host, cfg)
     c.run_sync()
     snap = c.snapshot()
-    j = judge(snap, (), cfg, None, node_identity(snap, cfg, read_machine_id(host)))
+    j = judge(snap, (), cfg, None, node_identity(snap, cfg))
     assert j.new_baseline is not None, [(f.code, f.subject) for f in j.findings if f.severity != "ok"]
     return j.new_baseline
 
