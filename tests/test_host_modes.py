@@ -158,10 +158,14 @@ def test_inspect_through_a_bind_mounted_host_equals_inspect_of_slash(tmp_path):
     if shutil.which("unshare") is None or not Path("/proc/self/ns/mnt").exists():
         pytest.skip("needs unshare(1) to bind-mount /sys and /proc in a private mount namespace")
     host = tmp_path / "host"
-    for d in ("sys", "proc"):
+    for d in ("sys", "proc", "etc"):
         (host / d).mkdir(parents=True)
     inspect = [sys.executable, "-m", "agentd", "inspect", "--format", "json", "--host-root"]
-    script = f'mount --bind /sys "{host}/sys" && mount --bind /proc "{host}/proc" && exec "$@"'
+    script = f'mount --bind /sys "{host}/sys" && mount --bind /proc "{host}/proc"'
+    if Path("/etc/machine-id").is_file():  # as packaging/k8s/daemonset.yaml mounts it
+        (host / "etc/machine-id").touch()
+        script += f' && mount --bind /etc/machine-id "{host}/etc/machine-id"'
+    script += ' && exec "$@"'
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     # a private mount namespace: the binds vanish with the process
     mounted = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *inspect, str(host)], capture_output=True, text=True, timeout=120, env=env)
@@ -193,3 +197,17 @@ def test_a_copied_tree_without_recorded_answers_is_not_judged_nvml_blind(tmp_pat
     live_like = sim.build_tree("h100-ib", tmp_path / "node2", faults=["nvml_init_error"])
     snap2 = collect_once(HostRoot.at(live_like), AgentConfig(host_root=live_like))
     assert "nvml.blind" in {f.code for f in judge(snap2, (), AgentConfig(host_root=live_like), None).findings}
+
+
+def test_an_offline_root_takes_its_architecture_from_the_recorded_uname(tmp_path):
+    """A capture of a kernel without proc/sys/kernel/arch: uname(2) answered on the node."""
+    from agentd.host.system import read_system
+
+    root = _tree(tmp_path, None)
+    (root / recorded.DIR).mkdir()
+    (root / recorded.MANIFEST).write_text(json.dumps(recorded.manifest("capture", agentd_version="0.1.0", created="2026-11-23T10:00:00+00:00")))
+    (root / recorded.DIR / recorded.UNAME).write_text(json.dumps({"sysname": "Linux", "machine": "aarch64"}))
+    assert read_system(ReadContext(HostRoot.at(root), "system")).arch == "aarch64"
+    (root / recorded.DIR / recorded.UNAME).write_text("[1, 2")
+    ctx = ReadContext(HostRoot.at(root), "system")
+    assert read_system(ctx).arch is None and [e.kind for e in ctx.errors] == ["unparsable"]

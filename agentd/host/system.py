@@ -1,7 +1,8 @@
 """Host identity: hostname, architecture, CPU, NUMA nodes, virtualization, loaded modules.
 
 Architecture, as ``uname -m`` names it, comes from ``proc/sys/kernel/arch`` (Linux >= 6.1),
-else from uname(2) on a live root, else from the layout of ``proc/cpuinfo``
+else from uname(2) on a live root (or the ``uname`` a capture recorded), else from the
+layout of ``proc/cpuinfo``
 (``arch_from_cpuinfo``): kernels before 6.1 (Ubuntu 22.04's 5.15, RHEL 8/9) read from a
 root that is not live have nothing else. The CPU facts are recorded as the kernel prints
 them; what NCCL makes of them is agentd.nccl.topo's business.
@@ -9,9 +10,11 @@ them; what NCCL makes of them is agentd.nccl.topo's business.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
+from agentd.base import recorded
 from agentd.host.fs import ReadContext
 from agentd.model import NumaNode, SystemInfo
 
@@ -150,6 +153,20 @@ def parse_proc_modules(text: str) -> tuple[str, ...]:
     return tuple(line.split(None, 1)[0] for line in text.splitlines() if line.strip())
 
 
+def _recorded_machine(ctx: ReadContext) -> str | None:
+    """``machine`` of the recorded ``uname`` (a capture of a live node)."""
+    path = ctx.host.recorded(recorded.UNAME)
+    text = ctx.text(path, max_bytes=1 << 16) if path else None
+    if not text:
+        return None
+    try:
+        machine = json.loads(text).get("machine")
+    except (ValueError, AttributeError, RecursionError):
+        ctx.error(path or "", "unparsable", "not a JSON object")
+        return None
+    return machine if isinstance(machine, str) and machine.isascii() and 0 < len(machine) <= 32 else None
+
+
 def _machine_id(ctx: ReadContext) -> str | None:
     """None when absent, ``uninitialized`` (first boot) or not 32 hex digits."""
     value = (ctx.text(MACHINE_ID, max_bytes=256) or "").strip().lower()
@@ -166,6 +183,8 @@ def read_system(ctx: ReadContext) -> SystemInfo:
     arch = ctx.text(ARCH) or None
     if arch is None and ctx.host.is_live:
         arch = os.uname().machine
+    if arch is None:
+        arch = _recorded_machine(ctx)
     if arch is None:
         arch = arch_from_cpuinfo(cpu)
     vendor = cpu.get("vendor_id") or None  # x86 only; arm64 has "CPU implementer"
