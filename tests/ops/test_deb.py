@@ -101,8 +101,11 @@ def _free_port() -> int:
 
 
 def _run_daemon_until_written(sim: Path, target: Path, deadline_s: float = 60.0) -> None:
-    """`agentd run` as the service user with the packaged config, until it wrote target."""
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AGENTD_LISTEN": f"127.0.0.1:{_free_port()}"}
+    """`agentd run` as the service user with the packaged config, until it wrote target.
+    A simulated root is never the node: its state would go to ``<sim>-out/``
+    (docs/node-state.md). ``host_mode = live`` says "this root is the node", which is what
+    this test needs: the packaged daemon writing the node's /etc/nccl."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AGENTD_LISTEN": f"127.0.0.1:{_free_port()}", "AGENTD_HOST_MODE": "live"}
     proc = subprocess.Popen(
         ["runuser", "-u", "agentd", "--", "/usr/bin/agentd", "run", "--host-root", str(sim)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
