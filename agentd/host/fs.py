@@ -143,7 +143,11 @@ def _boot_id(root: Path) -> str | None:
 
 def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str | None]:
     """(answers dir, manifest, problem) of a root: ``.agentd/`` with a manifest this agentd
-    reads, else the older simulator layout ``.agentd-sim/``."""
+    reads, else the older simulator layout ``.agentd-sim/``. A ``.agentd`` that is a
+    symlink is not followed here: the root is offline, and the readers, which confine
+    every path, report where it leads."""
+    if os.path.islink(root / recorded.DIR):
+        return recorded.DIR, None, f"{recorded.DIR} is a symlink: its manifest is not read"
     data = _read_small(root / recorded.MANIFEST, recorded.MANIFEST_MAX_BYTES)
     if data is not None:
         try:
@@ -173,8 +177,10 @@ def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | 
     if manifest is not None and manifest.get("kind") == "simulation":
         what = f" (profile {manifest['profile']})" if isinstance(manifest.get("profile"), str) else ""
         return "simulated", f"{answers}/manifest.json: a simulated node{what}", answers, manifest
-    if manifest is None and answers is not None:
+    if manifest is None and answers == recorded.LEGACY_DIR:
         return "simulated", f"{answers}/: a simulated node (the older layout)", answers, None
+    if manifest is None and answers is not None:
+        return "offline", f"recorded answers without a manifest{note}", answers, None
     if manifest is not None:
         when = manifest.get("created")
         by = manifest.get("agentd_version")

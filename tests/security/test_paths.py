@@ -134,7 +134,7 @@ ATTRIBUTES = [
     f"{IB}/fw_ver", f"{IB}/ports/1/state", f"{IB}/ports/1/rate", f"{IB}/ports/1/counters/port_rcv_data", f"{IB}/ports/1/gids/0",
     f"{PCI}/class", f"{PCI}/numa_node", f"{PCI}/current_link_speed",
     "proc/cpuinfo", "proc/modules", "proc/driver/nvidia/version", "sys/module/nvidia/version",
-    ".agentd-sim/nvml.json", ".agentd-sim/ethtool/eno1",
+    ".agentd/nvml.json", ".agentd/ethtool/eno1",
 ]
 
 
@@ -184,8 +184,8 @@ DIR_LINKS = [
     "proc/sys/kernel",
     "sys/devices/system/node",
     "sys/module/nvidia",
-    ".agentd-sim",
-    ".agentd-sim/ethtool",
+    ".agentd",
+    ".agentd/ethtool",
     "sys/class/net",
     "sys/bus/pci/devices",
 ]
