@@ -153,6 +153,12 @@ def parse_proc_modules(text: str) -> tuple[str, ...]:
     return tuple(line.split(None, 1)[0] for line in text.splitlines() if line.strip())
 
 
+def uname() -> dict[str, str]:
+    """uname(2) of the running kernel, as a capture records it (``.agentd/uname.json``)."""
+    u = os.uname()
+    return {"sysname": u.sysname, "nodename": u.nodename, "release": u.release, "version": u.version, "machine": u.machine}
+
+
 def _recorded_machine(ctx: ReadContext) -> str | None:
     """``machine`` of the recorded ``uname`` (a capture of a live node)."""
     path = ctx.host.recorded(recorded.UNAME)
