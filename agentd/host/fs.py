@@ -160,7 +160,9 @@ def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str
 
 
 def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, Any] | None]:
-    """(mode, why, answers dir, manifest) for a resolved root. Never raises.
+    """(mode, why, answers dir, manifest) for a resolved root. Unreadable or odd files
+    never raise (they make the root offline, and the reason says why); only an unknown
+    ``wanted`` is a ValueError (config validation stops it before).
 
     ``auto``: a root that holds a recording is what the recording says (a simulation is
     ``simulated``, a capture ``offline``, even on the node it was taken on); otherwise
