@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+from agentd.base.memo import LazyMapping
 from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
 from agentd.config import AgentConfig, ConfigError, load_config
@@ -152,7 +153,7 @@ class Daemon:
                 config=cfg, started_at=self.started_at, seq=self._state.seq + 1, stale_limits=limits,
                 tiers=tuple(self._tier_runs[t] for t in (*TIERS, "all", "event") if t in self._tier_runs),
                 reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active,
-                process=process_stats(), bench=self.bench.outcome, bench_findings=self.bench.findings(),
+                process=LazyMapping(process_stats), bench=self.bench.outcome, bench_findings=self.bench.findings(),
             )  # fmt: skip
             state = await self.publisher.build(snap, ev, files, ctx)
             old, self._state = self._state, state

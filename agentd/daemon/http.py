@@ -76,10 +76,10 @@ def build_app(source: StateSource, *, clock: Callable[[], float] = time.monotoni
     async def metrics(request: web.Request) -> web.Response:
         state = source.state
         headers = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding", **NO_STORE}
-        if accepts_gzip(request.headers.get("Accept-Encoding", "")):
+        compressed = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+        if compressed:
             headers["Content-Encoding"] = "gzip"
-            return web.Response(body=state.metrics_gzip(), headers=headers)
-        return web.Response(body=state.metrics_bytes(), headers=headers)
+        return web.Response(body=await state.metrics_body(compressed), headers=headers)
 
     async def health_handler(request: web.Request) -> web.Response:
         state = source.state

@@ -1,6 +1,6 @@
 """From one collection to the next State: snapshot -> shared with the history -> checks and
 NCCL render (worker thread, memoised) -> managed file writes and a first baseline (writer
-lane, timeout) -> a new State, its metrics rendered once, off the event loop.
+lane, timeout) -> a new State, its metrics rendered when first scraped, off the event loop.
 
 The daemon owns the schedule and swaps the State the Publisher returns; the Publisher owns
 what is judged and written, and the node's baseline once it is adopted.
@@ -176,5 +176,4 @@ class Publisher:
         findings, _ = with_staleness(base, snap, ctx.stale_limits, mono)
         if findings is not ev.findings:
             state = dataclasses.replace(state, findings=findings)
-        await asyncio.to_thread(state.metrics_bytes)
-        return state
+        return state  # its exposition is rendered when first scraped (State.metrics_body)

@@ -3,12 +3,14 @@ collection (DESIGN.md section 1).
 
 HTTP handlers, the metrics exposition and systemd notify only ever read the State that is
 current when they start; the daemon builds a new one and swaps the reference. Derived
-bytes (the metrics exposition, its gzip form, the snapshot JSON) are computed once per
-State and cached on it, so a scrape costs a dict lookup, not a render.
+bytes (the metrics exposition, its gzip form, the snapshot JSON) are computed at most
+once per State, when first asked for (the exposition in a worker thread), and cached on
+it, so a scrape of a rendered State costs a dict lookup.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import time
 from dataclasses import dataclass, field
@@ -77,6 +79,24 @@ class State:
 
     def metrics_gzip(self) -> bytes:
         return self.cached("metrics.gz", lambda: gzip.compress(self.metrics_bytes(), compresslevel=6, mtime=0))
+
+    async def metrics_body(self, compressed: bool) -> bytes:
+        """The exposition (gzip-compressed or not) for a scrape, rendered at most once per
+        State and only when a scrape asks: a node publishes every fast interval (2 s) and
+        is scraped every 15-60 s, so most States are never rendered. The render runs in a
+        worker thread (never on the event loop); concurrent scrapes share it."""
+        key = "metrics.gz" if compressed else "metrics"
+        try:
+            value: bytes = self._cache[key]
+            return value
+        except KeyError:
+            pass
+        task = self._cache.get(("rendering", key))
+        if task is None:
+            build = self.metrics_gzip if compressed else self.metrics_bytes
+            task = self._cache[("rendering", key)] = asyncio.ensure_future(asyncio.to_thread(build))
+        result: bytes = await asyncio.shield(task)
+        return result
 
     def topology_json(self) -> bytes:
         def build() -> bytes:

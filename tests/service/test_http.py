@@ -142,6 +142,9 @@ class BigState:
     def metrics_bytes(self) -> bytes:
         return b"#" * BIG
 
+    async def metrics_body(self, compressed: bool) -> bytes:
+        return self.metrics_bytes()
+
 
 class BigSource(Source):
     def __init__(self):
