@@ -14,11 +14,12 @@ dcgm-exporter; the JSON endpoints keep the sysfs spelling (``0000:1b:00.0``).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Sequence
 
 from agentd.base.expo import Exposition, Family
+from agentd.base.memo import IdentityMemo
 from agentd.metrics.source import MetricsSource
 
 RenderFn = Callable[[Exposition, MetricsSource], None]
@@ -29,8 +30,8 @@ CacheKeyFn = Callable[[MetricsSource], "tuple[object, ...] | None"]
 class Area:
     """One part of the exposition. ``cache_key``: a tuple of the very objects the area
     renders from; when every element is identical (``is``) to the last render's, the
-    last text is reused (``history.share`` keeps unchanged snapshot parts the same
-    objects, so a steady node re-renders only the agent's own metrics)."""
+    last text is reused (agentd.base.memo: a steady node keeps its snapshot parts the
+    same objects, so it re-renders only the agent's own metrics)."""
 
     name: str
     families: tuple[Family, ...]
@@ -47,8 +48,7 @@ class Registry:
         if len(set(fams)) != len(fams):
             raise ValueError("a metric family is declared by two areas")
         self.areas = tuple(areas)
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[tuple[object, ...], bytes]] = {}
+        self._memo: dict[str, IdentityMemo[bytes]] = {a.name: IdentityMemo() for a in areas if a.cache_key is not None}
 
     def families(self) -> tuple[Family, ...]:
         return tuple(f for a in self.areas for f in a.families)
@@ -58,20 +58,15 @@ class Registry:
         chunks = []
         for area in self.areas:
             key = area.cache_key(source) if area.cache_key is not None else None
-            if key is not None:
-                with self._lock:
-                    hit = self._cache.get(area.name)
-                if hit is not None and len(hit[0]) == len(key) and all(a is b for a, b in zip(hit[0], key)):
-                    chunks.append(hit[1])
-                    continue
-            x = Exposition(area.families)
-            area.render(x, source)
-            text = x.render()
-            if key is not None:
-                with self._lock:
-                    self._cache[area.name] = (key, text)
-            chunks.append(text)
+            render = partial(self._render, area, source)
+            chunks.append(render() if key is None else self._memo[area.name].get(key, render))
         return b"".join(chunks)
+
+    @staticmethod
+    def _render(area: Area, source: MetricsSource) -> bytes:
+        x = Exposition(area.families)
+        area.render(x, source)
+        return x.render()
 
     def reference_markdown(self) -> str:
         """docs/metrics.md, generated from the declared families (a test keeps them equal)."""
