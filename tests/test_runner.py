@@ -59,3 +59,22 @@ async def test_async_timeout_leaves_worker_running():
     assert not fut.cancelled()
     release.set()
     assert await await_future(fut, 5) == "done"
+
+
+def test_one_thread_serves_consecutive_runs_and_ends_when_idle(monkeypatch):
+    monkeypatch.setattr(Lane, "IDLE_EXIT_S", 0.2)
+    lane = Lane("reuse")
+    names = []
+    for _ in range(3):
+        fut, started = lane.submit(lambda: threading.current_thread().ident)
+        assert started
+        names.append(fut.result(timeout=5))
+    assert len(set(names)) == 1  # the same worker thread ran all three
+    deadline = threading.Event()
+    for _ in range(100):
+        if not [t for t in threading.enumerate() if t.name == "agentd-probe-reuse"]:
+            break
+        deadline.wait(0.05)
+    assert not [t for t in threading.enumerate() if t.name == "agentd-probe-reuse"]
+    fut, started = lane.submit(lambda: "again")  # a new worker starts on demand
+    assert started and fut.result(timeout=5) == "again"
