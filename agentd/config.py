@@ -192,6 +192,15 @@ class BenchSettings(Section):
     min_busbw_gbps: dict[str, float] = Field(default_factory=dict, description="op -> minimum acceptable bus bandwidth (GB/s) at the largest size.")
 
 
+class MetricsDetail(Section):
+    """Per-item series that /metrics folds by default (docs/metrics.md, series budget)."""
+
+    nvlink_per_link: bool = Field(False, description="Export every NVLink's state, remote end and error counters (agentd_nvlink_link_errors_total; 18 links x 4 kinds per H100). Off: per-GPU error totals and link counts, and per-link state and remote end only for links that are not up.")
+    ib_counters_per_port: bool = Field(False, description="Export the HCA counters agentd has no named metric for per port (agentd_ib_port_hw_counters_total). Off: summed over the node's ports per counter (agentd_ib_hw_counters_total).")
+    pcie_bridges: bool = Field(False, description="Export link speed/width and the ACS flag of every PCIe bridge above a GPU, HCA or NVSwitch. Off: a bridge's link series only when it runs below its own maximum, its ACS flag only when redirect is on.")
+    roce_every_priority: bool = Field(False, description="Export the RoCE per-priority counters (pause frames and time, bytes, packets) for all 8 priorities. Off: roce.priority (the lossless class) on its own, the other seven summed as priority=\"other\".")
+
+
 class AgentConfig(Section):
     host_root: Path = Field(Path("/"), description="Root of the host filesystem (sysfs under host_root/sys); '/' on a node, the mount point in a container.")
     host_mode: Literal["auto", "live", "offline", "simulated"] = Field("auto", description="Which kernel answers for host_root. auto: live when its boot id is the running kernel's ('/', a container's /host), offline for a capture or a copied tree (recorded answers only), simulated for a simulator tree (docs/capture.md).")
@@ -208,6 +217,7 @@ class AgentConfig(Section):
     nccl: NcclSettings = Field(default_factory=NcclSettings)
     web: WebSettings = Field(default_factory=WebSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
+    metrics: MetricsDetail = Field(default_factory=MetricsDetail)
 
     @field_validator("listen")
     @classmethod

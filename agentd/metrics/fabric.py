@@ -62,6 +62,7 @@ _PRIO_PAUSE = re.compile(r"^(rx|tx)_prio([0-7])_pause$")
 _PRIO_PAUSE_DURATION = re.compile(r"^(rx|tx)_prio([0-7])_pause_duration$")
 _PRIO_BYTES = re.compile(r"^(rx|tx)_prio([0-7])_(bytes|packets)$")
 _DIRECTION = {"rx": "received", "tx": "transmitted"}
+_OTHER = "priority is roce.priority or other (the other seven summed); 0-7 each with metrics.roce_every_priority."
 
 FAMILIES: tuple[Family, ...] = (
     Family("agentd_ib_hca_info", G, "One series per RDMA device (value 1).", ("device", "hca_type", "firmware_version", "board_id", "node_guid", "pci_bus_id", "numa_node")),
@@ -74,16 +75,18 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_ib_port_width_expected_lanes", G, "Width every compute port should have (expect.width, else inferred).", DP),
     *(Family(f"agentd_ib_port_{suffix}", C, f"ports/N/counters/{name}" + (" x 4 (the PMA counts 4-byte words)." if mult == 4 else "."), DP) for name, (suffix, mult) in IB_COUNTERS.items()),
     *(Family(f"agentd_ib_port_{suffix}", C, f"ports/N/hw_counters/{name} (mlx5).", DP) for name, suffix in IB_HW_COUNTERS.items()),
-    Family("agentd_ib_port_hw_counters_total", C, "Any other counters/ or hw_counters/ file, by its file name.", ("device", "port", "counter")),
+    Family("agentd_ib_hw_counters_total", C, "Any other counters/ or hw_counters/ file, by its file name, summed over the node's HCA ports.", ("counter",)),
+    Family("agentd_ib_port_hw_counters_total", C, "Any other counters/ or hw_counters/ file, by its file name, per port (only with metrics.ib_counters_per_port).", ("device", "port", "counter")),
     Family("agentd_ib_port_hw_counters_lifespan_seconds", G, "hw_counters/lifespan: how long the driver caches hw_counters values.", DP),
-    Family("agentd_ib_port_pma_saturated", G, "1 when a fixed-width PMA counter sits at its maximum and has stopped counting (rate() would read 0); reset it with perfquery -R.", ("device", "port", "counter")),
+    Family("agentd_ib_pma_saturated_counters", G, "Fixed-width PMA counters, over the node's HCA ports, that sit at their maximum and have stopped counting; agentd_ib_port_pma_saturated names them.", ()),
+    Family("agentd_ib_port_pma_saturated", G, "1 for a fixed-width PMA counter that sits at its maximum and has stopped counting (rate() would read 0); only saturated counters have a series. Reset it with perfquery -R.", ("device", "port", "counter")),
     Family("agentd_roce_ecn_enabled", G, "ECN for RoCE per priority from /sys/class/net/IF/ecn/roce_{np,rp}/enable (np: notification point, rp: reaction point).", ("netdev", "priority", "point")),
     Family("agentd_roce_pfc_enabled", G, "1 when priority flow control is on for the priority.", ("netdev", "priority")),
     Family("agentd_roce_qos_info", G, "QoS trust mode (pcp or dscp) and where the PFC configuration was read (value 1).", ("netdev", "trust", "source")),
-    Family("agentd_roce_pfc_pause_frames_total", C, "PFC pause frames per priority (ethtool rx/tx_prioN_pause).", ("netdev", "priority", "direction")),
-    Family("agentd_roce_pfc_pause_duration_seconds_total", C, "Time paused per priority (ethtool rx/tx_prioN_pause_duration, microseconds / 1e6).", ("netdev", "priority", "direction")),
-    Family("agentd_roce_priority_bytes_total", C, "Bytes per priority (ethtool rx/tx_prioN_bytes).", ("netdev", "priority", "direction")),
-    Family("agentd_roce_priority_packets_total", C, "Packets per priority (ethtool rx/tx_prioN_packets).", ("netdev", "priority", "direction")),
+    Family("agentd_roce_pfc_pause_frames_total", C, f"PFC pause frames per priority (ethtool rx/tx_prioN_pause). {_OTHER}", ("netdev", "priority", "direction")),
+    Family("agentd_roce_pfc_pause_duration_seconds_total", C, f"Time paused per priority (ethtool rx/tx_prioN_pause_duration, microseconds / 1e6). {_OTHER}", ("netdev", "priority", "direction")),
+    Family("agentd_roce_priority_bytes_total", C, f"Bytes per priority (ethtool rx/tx_prioN_bytes). {_OTHER}", ("netdev", "priority", "direction")),
+    Family("agentd_roce_priority_packets_total", C, f"Packets per priority (ethtool rx/tx_prioN_packets). {_OTHER}", ("netdev", "priority", "direction")),
     Family("agentd_netdev_info", G, "One series per network interface (value 1), with the HCA port it belongs to, if any.", ("netdev", "address", "operstate", "link_layer", "pci_bus_id", "device", "port", "master")),
     Family("agentd_netdev_up", G, "1 when operstate is up.", ("netdev",)),
     Family("agentd_netdev_carrier", G, "Carrier as sysfs reports it (1 link detected).", ("netdev",)),
@@ -110,7 +113,9 @@ def nearest_gpus(snap: NodeSnapshot) -> dict[str, str]:
     return {hca: ",".join(str(i) for i in sorted(idx)) for hca, (_, idx) in best.items()}
 
 
-def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, str]) -> None:
+def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, str], other: dict[str, int]) -> int:
+    """One port's series; its unnamed counters are added to ``other`` (node sums). Returns
+    how many of its PMA counters are saturated."""
     lab = (h.name, p.port)
     role = "compute" if h.name in s.compute_hcas else "other"
     x.add(
@@ -132,46 +137,60 @@ def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, st
     exp_width = s.expected.port_width.get((h.name, p.port))
     if exp_width is not None:
         x.add("agentd_ib_port_width_expected_lanes", lab, exp_width)
+    per_port = s.config.metrics.ib_counters_per_port
+    saturated = 0
+    unnamed = [(n, v) for n, v in p.counters.items() if n not in IB_COUNTERS]
     for name, value in p.counters.items():
         known = IB_COUNTERS.get(name)
         if known is not None:
             x.add(f"agentd_ib_port_{known[0]}", lab, value * known[1])
-        else:
-            x.add("agentd_ib_port_hw_counters_total", (h.name, p.port, name), value)
-        if name in PMA_COUNTER_WIDTHS:
-            x.add("agentd_ib_port_pma_saturated", (h.name, p.port, name), is_saturated(name, value))
+        if name in PMA_COUNTER_WIDTHS and is_saturated(name, value):
+            saturated += 1
+            x.add("agentd_ib_port_pma_saturated", (h.name, p.port, name), 1)
     for name, value in p.hw_counters.items():
         if name == "lifespan":
             x.add("agentd_ib_port_hw_counters_lifespan_seconds", lab, value / 1000)
         elif name in IB_HW_COUNTERS:
             x.add(f"agentd_ib_port_{IB_HW_COUNTERS[name]}", lab, value)
         elif name not in p.counters:
+            unnamed.append((name, value))
+    for name, value in unnamed:
+        other[name] = other.get(name, 0) + value
+        if per_port:
             x.add("agentd_ib_port_hw_counters_total", (h.name, p.port, name), value)
+    return saturated
 
 
-def _ethtool(x: Exposition, name: str, stats: dict[str, int]) -> None:
+def _ethtool(x: Exposition, name: str, stats: dict[str, int], keep: int | None) -> None:
+    """Per-priority counters; with ``keep`` set, every priority but ``keep`` is summed into
+    priority="other" (the same stats every scrape, so the sum is a counter too)."""
+    other: dict[tuple[str, str], float] = {}
     for stat, value in stats.items():
         if not stat.startswith(("rx_prio", "tx_prio")):
             continue
         m = _PRIO_PAUSE.match(stat)
         if m:
-            x.add("agentd_roce_pfc_pause_frames_total", (name, m.group(2), _DIRECTION[m.group(1)]), value)
+            fam, v = "agentd_roce_pfc_pause_frames_total", float(value)
+        elif (m := _PRIO_PAUSE_DURATION.match(stat)) is not None:
+            fam, v = "agentd_roce_pfc_pause_duration_seconds_total", value / 1e6
+        elif (m := _PRIO_BYTES.match(stat)) is not None:
+            fam, v = ("agentd_roce_priority_bytes_total" if m.group(3) == "bytes" else "agentd_roce_priority_packets_total"), float(value)
+        else:
             continue
-        m = _PRIO_PAUSE_DURATION.match(stat)
-        if m:
-            x.add("agentd_roce_pfc_pause_duration_seconds_total", (name, m.group(2), _DIRECTION[m.group(1)]), value / 1e6)
-            continue
-        m = _PRIO_BYTES.match(stat)
-        if m:
-            fam = "agentd_roce_priority_bytes_total" if m.group(3) == "bytes" else "agentd_roce_priority_packets_total"
-            x.add(fam, (name, m.group(2), _DIRECTION[m.group(1)]), value)
+        direction = _DIRECTION[m.group(1)]
+        if keep is None or int(m.group(2)) == keep:
+            x.add(fam, (name, m.group(2), direction), v if fam.endswith("seconds_total") else value)
+        else:
+            other[(fam, direction)] = other.get((fam, direction), 0.0) + v
+    for (fam, direction), total in sorted(other.items()):
+        x.add(fam, (name, "other", direction), total)
 
 
 def cache_key(s: MetricsSource) -> tuple[object, ...] | None:
     snap = s.snapshot
     if snap is None:
         return None
-    return (snap.hcas, snap.netdevs, snap.gpus, s.expected, s.compute_hcas)
+    return (snap.hcas, snap.netdevs, snap.gpus, s.expected, s.compute_hcas, s.config.metrics, s.config.roce)
 
 
 def render(x: Exposition, s: MetricsSource) -> None:
@@ -180,6 +199,9 @@ def render(x: Exposition, s: MetricsSource) -> None:
         return
     near = nearest_gpus(snap)
     port_of_netdev: dict[str, tuple[str, int]] = {}
+    other: dict[str, int] = {}
+    saturated = 0
+    ports = 0
     for h in snap.hcas:
         x.add(
             "agentd_ib_hca_info",
@@ -189,7 +211,13 @@ def render(x: Exposition, s: MetricsSource) -> None:
         for p in h.ports:
             if p.netdev:
                 port_of_netdev.setdefault(p.netdev, (h.name, p.port))
-            _port(x, s, h, p, near)
+            saturated += _port(x, s, h, p, near, other)
+            ports += 1
+    for name, total in sorted(other.items()):
+        x.add("agentd_ib_hw_counters_total", (name,), total)
+    if ports:
+        x.add("agentd_ib_pma_saturated_counters", (), saturated)
+    keep = None if s.config.metrics.roce_every_priority else s.config.roce.priority
 
     for n in snap.netdevs:
         name = n.name
@@ -222,7 +250,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
                 x.add("agentd_roce_pfc_enabled", (name, prio), prio in enabled)
             x.add("agentd_roce_qos_info", (name, n.pfc.trust or "", n.pfc.source), 1)
         if n.ethtool:
-            _ethtool(x, name, n.ethtool)
+            _ethtool(x, name, n.ethtool, keep)
 
 
 AREA = Area("fabric", FAMILIES, render, cache_key)

@@ -10,7 +10,7 @@ from agentd.judging.checks.nvlink import nvml_unseen, pci_gpus
 from agentd.judging.checks.pcie import config_space_truncated
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
-from agentd.model import GdrInfo, NodeSnapshot, PathType
+from agentd.model import GdrInfo, NodeSnapshot, NvmlGpu, PathType, PciDevice
 
 G: Final[MetricType] = "gauge"
 C: Final[MetricType] = "counter"
@@ -25,15 +25,20 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_nvml_gpus", G, "NVIDIA GPUs on the PCI bus that NVML lists (0 when NVML is unavailable); below agentd_nvml_gpus_expected, the nvml.blind finding says agentd cannot see the rest.", ()),
     Family("agentd_nvml_gpus_expected", G, "NVIDIA GPUs on the PCI bus: how many NVML should list.", ()),
     Family("agentd_nvml_info", G, "NVIDIA driver and CUDA driver versions (value 1).", ("driver_version", "cuda_driver_version")),
-    Family("agentd_nvlink_state", G, "NVLink state: 1 up, 0 down (every link NVML reports as supported).", ("gpu", "pci_bus_id", "link")),
-    Family("agentd_nvlink_info", G, "NVLink remote end and version (value 1).", ("gpu", "pci_bus_id", "link", "remote_pci_bus_id", "remote_type", "version")),
-    Family("agentd_nvlink_errors_total", C, "NVLink error counters from NVML by type (crc_flit, crc_data, replay, recovery).", ("gpu", "pci_bus_id", "link", "type")),
+    Family("agentd_nvlink_links", G, "NVLinks NVML reports as supported on the GPU.", GP),
+    Family("agentd_nvlink_links_up", G, "NVLinks of the GPU that are up; below agentd_nvlink_links, agentd_nvlink_state names the links that are not.", GP),
+    Family("agentd_nvlink_remote_links", G, "NVLinks of the GPU by remote end (an NVSwitch or GPU, by PCI bus id) and NVLink version.", ("gpu", "pci_bus_id", "remote_pci_bus_id", "remote_type", "version")),
+    Family("agentd_nvlink_state", G, "NVLink state: 1 up, 0 down; only links that are not up (every supported link with metrics.nvlink_per_link).", ("gpu", "pci_bus_id", "link")),
+    Family("agentd_nvlink_info", G, "NVLink remote end and version (value 1); only links that are not up (every supported link with metrics.nvlink_per_link).", ("gpu", "pci_bus_id", "link", "remote_pci_bus_id", "remote_type", "version")),
+    Family("agentd_nvlink_errors_total", C, "NVLink error counters from NVML by type (crc_flit, crc_data, replay, recovery), summed over the GPU's links (as dcgm-exporter's DCGM_FI_DEV_NVLINK_*_TOTAL).", ("gpu", "pci_bus_id", "type")),
+    Family("agentd_nvlink_link_errors_total", C, "NVLink error counters per link by type (only with metrics.nvlink_per_link).", ("gpu", "pci_bus_id", "link", "type")),
     Family("agentd_pcie_device_info", G, "PCI functions agentd watches (GPUs, HCAs, NVSwitches and the bridges above them), value 1.", ("pci_bus_id", "role", "vendor_id", "device_id", "numa_node", "parent", "root_complex", "driver")),
-    Family("agentd_pcie_link_current_speed_transfers_per_second", G, "Current PCIe link speed (current_link_speed, GT/s x 1e9).", PCI),
+    Family("agentd_pcie_link_current_speed_transfers_per_second", G, "Current PCIe link speed (current_link_speed, GT/s x 1e9). The four link families cover every GPU, HCA and NVSwitch; a bridge only while its link runs below its own maximum (every bridge with metrics.pcie_bridges).", PCI),
     Family("agentd_pcie_link_max_speed_transfers_per_second", G, "Maximum PCIe link speed of the device (max_link_speed, GT/s x 1e9).", PCI),
     Family("agentd_pcie_link_current_width_lanes", G, "Current PCIe link width.", PCI),
     Family("agentd_pcie_link_max_width_lanes", G, "Maximum PCIe link width of the device.", PCI),
-    Family("agentd_pcie_acs_redirect_enabled", G, "1 when ACS P2P request/completion redirect is on (forces GPU-NIC peer traffic through the root complex).", PCI),
+    Family("agentd_pcie_acs_redirect_enabled", G, "1 when ACS P2P request/completion redirect is on (forces GPU-NIC peer traffic through the root complex); only bridges where it is on (every bridge whose ACS is readable with metrics.pcie_bridges).", PCI),
+    Family("agentd_pcie_acs_redirect_bridges", G, "Bridges above a GPU, HCA or NVSwitch with ACS redirect on (absent when no bridge's ACS is readable).", ()),
     Family("agentd_pcie_config_space_truncated", G, "PCI functions agentd watches whose config space the kernel cut short (64 bytes without CAP_SYS_ADMIN): their port type and ACS are unknown.", ()),
     Family("agentd_pcie_gpu_nic_path", G, "PCIe path from a GPU to an HCA, as rank: 1 PIX, 2 PXB, 3 PHB, 4 NODE, 5 SYS (lower is closer).", ("gpu", "pci_bus_id", "device", "path")),
     Family("agentd_pcie_gpu_nearest_nic_info", G, "The compute HCA(s) closest to each GPU, with the path type (value 1).", ("gpu", "pci_bus_id", "device", "path")),
@@ -57,6 +62,40 @@ def _opt(v: object) -> object:
     return "" if v is None else v
 
 
+def _below_max(d: PciDevice) -> bool:
+    """The link runs slower or narrower than the function itself can (sysfs's own pair)."""
+    cur_s, max_s, cur_w, max_w = d.current_link_speed_gts, d.max_link_speed_gts, d.current_link_width, d.max_link_width
+    return (cur_s is not None and max_s is not None and cur_s < max_s) or (cur_w is not None and max_w is not None and cur_w < max_w)
+
+
+def _nvlinks(x: Exposition, lab: tuple[object, ...], ng: NvmlGpu, every_link: bool) -> None:
+    """Per GPU: link counts, links by remote end and error totals; per link: the links that
+    are not up (every link with metrics.nvlink_per_link)."""
+    if not ng.nvlinks:
+        return
+    totals: dict[str, int] = {}
+    remotes: dict[tuple[str, str, str], int] = {}
+    up = 0
+    for link in ng.nvlinks:
+        ll = (*lab, link.link)
+        remote: tuple[str, str, str] = (bus_id_label(link.remote_pci_bus_id), link.remote_type or "", str(_opt(link.version)))
+        remotes[remote] = remotes.get(remote, 0) + 1
+        up += link.state == "up"
+        if every_link or link.state != "up":
+            x.add("agentd_nvlink_state", ll, link.state == "up")
+            x.add("agentd_nvlink_info", (*ll, *remote), 1)
+        for kind, value in sorted(link.errors.items()):
+            totals[kind] = totals.get(kind, 0) + value
+            if every_link:
+                x.add("agentd_nvlink_link_errors_total", (*ll, kind), value)
+    x.add("agentd_nvlink_links", lab, len(ng.nvlinks))
+    x.add("agentd_nvlink_links_up", lab, up)
+    for remote, n in sorted(remotes.items()):
+        x.add("agentd_nvlink_remote_links", (*lab, *remote), n)
+    for kind, total in sorted(totals.items()):
+        x.add("agentd_nvlink_errors_total", (*lab, kind), total)
+
+
 def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
     roles: dict[str, str] = {}
     for d in snap.pci:
@@ -71,7 +110,9 @@ def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
         dev = snap.pci_device(bdf)
         for parent in dev.parent_chain if dev is not None else ():
             roles.setdefault(parent, "bridge")
-    truncated = 0
+    truncated = acs_on = 0
+    acs_known = False
+    every_bridge = s.config.metrics.pcie_bridges
     for d in snap.pci:
         role = roles.get(d.bdf)
         if role is None:
@@ -84,25 +125,32 @@ def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
             (*lab, f"0x{d.vendor_id:04x}" if d.vendor_id is not None else "", f"0x{d.device_id:04x}" if d.device_id is not None else "", _opt(d.numa_node), bus_id_label(parent), d.root_complex or "", d.driver or ""),
             1,
         )
-        if d.current_link_speed_gts is not None:
-            x.add("agentd_pcie_link_current_speed_transfers_per_second", lab, d.current_link_speed_gts * 1e9)
-        if d.max_link_speed_gts is not None:
-            x.add("agentd_pcie_link_max_speed_transfers_per_second", lab, d.max_link_speed_gts * 1e9)
-        if d.current_link_width is not None:
-            x.add("agentd_pcie_link_current_width_lanes", lab, d.current_link_width)
-        if d.max_link_width is not None:
-            x.add("agentd_pcie_link_max_width_lanes", lab, d.max_link_width)
+        if role != "bridge" or every_bridge or _below_max(d):
+            if d.current_link_speed_gts is not None:
+                x.add("agentd_pcie_link_current_speed_transfers_per_second", lab, d.current_link_speed_gts * 1e9)
+            if d.max_link_speed_gts is not None:
+                x.add("agentd_pcie_link_max_speed_transfers_per_second", lab, d.max_link_speed_gts * 1e9)
+            if d.current_link_width is not None:
+                x.add("agentd_pcie_link_current_width_lanes", lab, d.current_link_width)
+            if d.max_link_width is not None:
+                x.add("agentd_pcie_link_max_width_lanes", lab, d.max_link_width)
         if d.acs_ctrl is not None and role == "bridge":
-            x.add("agentd_pcie_acs_redirect_enabled", lab, bool(d.acs_ctrl & 0x0C))
+            redirect = bool(d.acs_ctrl & 0x0C)
+            acs_known = True
+            acs_on += redirect
+            if redirect or every_bridge:
+                x.add("agentd_pcie_acs_redirect_enabled", lab, redirect)
     if roles:
         x.add("agentd_pcie_config_space_truncated", (), truncated)
+    if acs_known:
+        x.add("agentd_pcie_acs_redirect_bridges", (), acs_on)
 
 
 def cache_key(s: MetricsSource) -> tuple[object, ...] | None:
     snap = s.snapshot
     if snap is None:
         return None
-    return (snap.gpus, snap.nvml, snap.pci, snap.hcas, snap.gdr, s.compute_hcas)
+    return (snap.gpus, snap.nvml, snap.pci, snap.hcas, snap.gdr, s.compute_hcas, s.config.metrics)
 
 
 def render(x: Exposition, s: MetricsSource) -> None:
@@ -121,12 +169,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
         if ng is not None:
             if ng.fabric_state is not None:
                 x.add("agentd_gpu_fabric_info", (*lab, ng.fabric_state, ng.fabric_status or ""), 1)
-            for link in ng.nvlinks:
-                ll = (*lab, link.link)
-                x.add("agentd_nvlink_state", ll, link.state == "up")
-                x.add("agentd_nvlink_info", (*ll, bus_id_label(link.remote_pci_bus_id), link.remote_type or "", _opt(link.version)), 1)
-                for kind, value in sorted(link.errors.items()):
-                    x.add("agentd_nvlink_errors_total", (*ll, kind), value)
+            _nvlinks(x, lab, ng, s.config.metrics.nvlink_per_link)
         ranked = sorted(g.nic_paths.items(), key=lambda kv: (int(PathType[kv[1]]), kv[0]))
         for hca, path in ranked:
             x.add("agentd_pcie_gpu_nic_path", (*lab, hca, path), int(PathType[path]))

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 from agentd.base.expo import Exposition, Family
 from agentd.base.memo import IdentityMemo
+from agentd.metrics.budget import SECTION as BUDGET_SECTION
 from agentd.metrics.source import MetricsSource
 
 RenderFn = Callable[[Exposition, MetricsSource], None]
@@ -92,4 +93,4 @@ class Registry:
                 labels = ", ".join(f"`{lab}`" for lab in f.labels) or "-"
                 lines.append(f"| `{f.name}` | {f.type} | {labels} | {f.help.replace('|', '/')} |")
             lines.append("")
-        return "\n".join(lines)
+        return "\n".join(lines) + "\n" + BUDGET_SECTION  # static text after the generated tables

@@ -112,7 +112,7 @@ CASES: dict[str, Case] = {
     "pause_storm": Case(("pfc_pause_frames_total +1e7", _rose("agentd_roce_pfc_pause_frames_total", 10**7, direction="received", **ROCE0)),
                         leaves="mlx5_0:1", reset_counters=True, recovery="counters reset", note="60 s rate window: recovered after the ethtool counters reset"),
     "nvlink_down": Case(("nvlink_state 0", _eq("agentd_nvlink_state", 0, link="0", **GPU0))),
-    "nvlink_errors": Case(("nvlink_errors_total{crc_flit} +1000", _rose("agentd_nvlink_errors_total", 1000, link="0", type="crc_flit", **GPU0)),
+    "nvlink_errors": Case(("nvlink_errors_total{crc_flit} +1000", _rose("agentd_nvlink_errors_total", 1000, type="crc_flit", **GPU0)),
                           reset_counters=True, recovery="counters reset", note="600 s rate window: recovered after the NVLink counters reset"),
     "gpu_lost": Case(("gpu_nvml_visible 0", _eq("agentd_gpu_nvml_visible", 0, **GPU0))),
     "gpu_removed": Case(("7 agentd_gpu_info series", lambda m, b: len(samples(m, "agentd_gpu_info")) == len(samples(b, "agentd_gpu_info")) - 1)),

@@ -87,9 +87,11 @@ def test_values_and_units_of_a_hand_built_state():
     assert value("agentd_ib_port_width_lanes", **port) == 4
     assert value("agentd_ib_port_data_transmitted_bytes_total", **port) == 4000  # words x 4
     assert value("agentd_ib_port_data_received_bytes_total", **port) == 8000
-    assert value("agentd_ib_port_hw_counters_total", counter="weird_counter", **port) == 7
+    assert value("agentd_ib_hw_counters_total", counter="weird_counter") == 7  # summed over ports; per port is opt-in
+    assert "agentd_ib_port_hw_counters_total" not in s
     assert value("agentd_ib_port_pma_saturated", counter="symbol_error", **port) == 1  # 65535 = 16-bit max
-    assert value("agentd_ib_port_pma_saturated", counter="link_downed", **port) == 0
+    assert not [lab for lab, _ in s["agentd_ib_port_pma_saturated"] if lab["counter"] == "link_downed"]  # not saturated: no series
+    assert value("agentd_ib_pma_saturated_counters") == 1
     info = [lab for lab, _ in s["agentd_ib_port_info"] if lab["device"] == "mlx5_0"][0]
     assert info == {**port, "netdev": "ibp27s0", "link_layer": "InfiniBand", "pci_bus_id": "00000000:1B:00.0",
                     "numa_node": "0", "nearest_gpus": "0", "role": "compute"}
@@ -103,8 +105,12 @@ def test_values_and_units_of_a_hand_built_state():
     assert value("agentd_pcie_gpu_nic_path", gpu="0", device="mlx5_1") == 5  # SYS
     assert value("agentd_pcie_link_current_speed_transfers_per_second", pci_bus_id="00000000:1C:00.0") == 16e9
     assert value("agentd_gdr_path_info", path="peermem") == 1
-    assert value("agentd_nvlink_state", gpu="0", link="1") == 0
-    assert value("agentd_nvlink_errors_total", gpu="0", link="0", type="replay") == 2
+    assert value("agentd_nvlink_state", gpu="0", link="1") == 0  # down: named
+    assert not [lab for lab, _ in s["agentd_nvlink_state"] if lab["link"] == "0"]  # up: counted, not named
+    assert value("agentd_nvlink_links", gpu="0") == 2 and value("agentd_nvlink_links_up", gpu="0") == 1
+    assert value("agentd_nvlink_remote_links", gpu="0", remote_pci_bus_id="00000000:05:00.0", remote_type="nvswitch", version="4") == 1
+    assert value("agentd_nvlink_errors_total", gpu="0", type="replay") == 2  # summed over the GPU's links
+    assert "agentd_nvlink_link_errors_total" not in s
     assert value("agentd_finding", code="ib.port.down", severity="critical", subject="mlx5_1:1") == 1
     assert value("agentd_health_status") == 2
     assert value("agentd_healthy") == 0

@@ -1,6 +1,6 @@
 """The checks and the metrics read the same PMA saturation rule (agentd.base.pma): for
-every counter and edge value, ``agentd_ib_port_pma_saturated`` is 1 exactly when
-``ib.counter.saturated`` names the counter, and a 64-bit data counter above 2^32 still
+every counter and edge value, ``agentd_ib_port_pma_saturated`` exists (value 1) exactly
+when ``ib.counter.saturated`` names the counter, and a 64-bit data counter above 2^32 still
 has a rate."""
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ def with_counters(snap: NodeSnapshot, **counters: int) -> NodeSnapshot:
 
 def metric_saturated(snap: NodeSnapshot, name: str) -> bool:
     text = fixtures.state(snap=snap, now=snap.taken_at).metrics_bytes().decode()
-    hits = [s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-            if s.name == "agentd_ib_port_pma_saturated" and s.labels == {"device": HCA, "port": "1", "counter": name}]
-    assert len(hits) == 1
-    return hits[0] == 1
+    samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    hits = [s.value for s in samples if s.name == "agentd_ib_port_pma_saturated" and s.labels == {"device": HCA, "port": "1", "counter": name}]
+    # A flag exists only for a saturated counter (value 1); the node count always exists.
+    assert hits in ([], [1.0])
+    count = [s.value for s in samples if s.name == "agentd_ib_pma_saturated_counters"]
+    assert count == [float(len(hits))]
+    return bool(hits)
 
 
 def check_saturated(snap: NodeSnapshot, name: str, value: int) -> bool:
