@@ -141,7 +141,7 @@ def test_healthy_node_scrape(agent):
     assert code == 200, body
     assert body["status"] in ("ok", "degraded") and body["stale_probes"] == []
     text = agent.metrics()
-    for family in ("agentd_ib_port_state_id", "agentd_ib_port_info", "agentd_gpu_info", "agentd_nvlink_state",
+    for family in ("agentd_ib_port_state_id", "agentd_ib_port_info", "agentd_gpu_info", "agentd_nvlink_links_up",
                    "agentd_pcie_gpu_nic_path", "agentd_gdr_path_info", "agentd_probe_success", "agentd_build_info",
                    "agentd_nccl_file_write_success", "agentd_ib_port_data_transmitted_bytes_total"):
         assert f"\n{family}" in text, family
