@@ -17,7 +17,12 @@ default intervals and timeouts, then:
 - ``/health`` while a probe hangs: the ``nvml_hang`` fault on the live tree plus a SIGHUP,
   so the NVML probe blocks (default 5 s timeout) while /health is loaded; then whether
   the probe was marked failed;
-- idle CPU % of one core and RSS of the daemon over --idle-s seconds, no clients;
+- idle CPU % of one core and RSS of the daemon over --idle-s seconds, no clients, beside
+  its plain-read floor measured in the same window: bench/floor_reader.py, a plain Python
+  process reading the very files and listings each tier's probes read (recorded through
+  agentd's ReadRecorder hooks) on the daemon's schedule (2/10/30 s, lined up with the
+  daemon's tier loops), and the ratio ``idle_cpu_vs_floor`` (target <= 1.5x);
+- cycle CPU per device (GPUs + HCAs + netdevs) and series per device;
 - the latest fast/medium/slow tier cycle as the daemon reports it;
 - SIGTERM to exit.
 """
@@ -26,32 +31,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
-import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from common import (
+    DEFAULT_INTERVALS,
     ENCODINGS,
     GZIP,
+    TARGETS,
+    TIERS,
     Agentd,
     apply_fault,
     build_root,
     clear_fault,
     concurrent,
+    cpu_ns,
     cpu_seconds,
+    device_count,
     emit,
     fetch,
     latency_figures,
     metric,
     pct,
+    ratio,
+    record_reads,
     rss_bytes,
     run_main,
     sequential,
     series_count,
+    stop_process,
     wait_http,
+    write_floor_plan,
 )
 
 from agentd.collection.collector import PROBE_TIERS
@@ -78,10 +92,10 @@ async def wait_event_cycle(d: Agentd, last_ts: float | None, limit_s: float = 20
     return last_ts, text
 
 
-async def cycles(d: Agentd, n: int, tag: dict) -> float | None:
+async def cycles(d: Agentd, n: int, tag: dict) -> tuple[float | None, float]:
     cpu_ms, wall_ms, last_ts = [], [], None
     for _ in range(n):
-        os.kill(d.pid, signal.SIGHUP)
+        d.hup()
         ts, text = await wait_event_cycle(d, last_ts)
         if ts != last_ts:
             last_ts = ts
@@ -95,15 +109,21 @@ async def cycles(d: Agentd, n: int, tag: dict) -> float | None:
     files = sum(v for p in PROBE_TIERS
                 if (v := metric(text, "agentd_probe_files_read", probe=p)) is not None)
     emit(B, "daemon_cycle_files_read", int(files), "files", **tag)
-    return last_ts
+    return last_ts, pct(cpu_ms, 0.5)
 
 
-async def sizes(d: Agentd, tag: dict) -> None:
+async def sizes(d: Agentd, tag: dict, cycle_cpu_ms: float) -> None:
     _, body = await fetch(d.base + "/metrics")
     emit(B, "metrics_bytes", len(body), "bytes", **tag, series=series_count(body))
-    emit(B, "metrics_series", series_count(body), "series", **tag)
+    n = await asyncio.to_thread(device_count, d.root)
+    series = series_count(body)
+    emit(B, "metrics_series", series, "series", **tag, **n)
     _, gz = await fetch(d.base + "/metrics", GZIP)
     emit(B, "metrics_bytes_gzip", len(gz), "bytes", **tag)
+    per = n["devices"] or float("nan")
+    emit(B, "series_per_device", series / per, "series", **tag, **n)
+    emit(B, "daemon_cycle_cpu_per_device", cycle_cpu_ms / per, "ms", **tag, cycle_cpu_ms=round(cycle_cpu_ms, 2), **n,
+         note="daemon cycle CPU / (GPUs + HCAs + netdevs): flat when cost grows with the devices")
 
 
 async def load(d: Agentd, args: argparse.Namespace, tag: dict) -> None:
@@ -122,13 +142,14 @@ async def hang(d: Agentd, args: argparse.Namespace, tag: dict, last_ts: float | 
     hang_s = args.hang_load_s * 2 + 8
     apply_fault(d.root, f"nvml_hang={hang_s:g}")
     try:
-        os.kill(d.pid, signal.SIGHUP)  # an event collection: NVML is called now and blocks
+        d.hup()  # an event collection: NVML is called now and blocks
         await asyncio.sleep(0.5)
         t0 = time.monotonic()
         lat, rps, errors = await concurrent(d.base + "/health", args.clients, args.hang_load_s, error_status=600)
         latency_figures(B, "health_concurrent_nvml_hung", lat, rps, **tag, clients=args.clients, errors=errors, fault=f"nvml_hang={hang_s:g}")
         seq, seq_rps = await sequential(d.base + "/health", 100_000, limit_s=args.hang_load_s)
-        latency_figures(B, "health_sequential_nvml_hung", seq, seq_rps, **tag, fault=f"nvml_hang={hang_s:g}")
+        latency_figures(B, "health_sequential_nvml_hung", seq, seq_rps, p99_target_ms=TARGETS["health_sequential_nvml_hung_p99_ms"],
+                        **tag, fault=f"nvml_hang={hang_s:g}")
         during_s = time.monotonic() - t0
         ts, text = await wait_event_cycle(d, last_ts, limit_s=15)
         emit(B, "nvml_hung_cycle_wall", 1000 * (metric(text, "agentd_collection_duration_seconds", tier="event") or float("nan")), "ms",
@@ -138,12 +159,52 @@ async def hang(d: Agentd, args: argparse.Namespace, tag: dict, last_ts: float | 
         clear_fault(d.root, "nvml_hang")
 
 
-async def idle(d: Agentd, args: argparse.Namespace, tag: dict) -> None:
-    await asyncio.sleep(2.0)
-    c0, t0 = cpu_seconds(d.pid), time.monotonic()
-    await asyncio.sleep(args.idle_s)
-    c1, t1 = cpu_seconds(d.pid), time.monotonic()
-    emit(B, "idle_cpu", 100 * (c1 - c0) / (t1 - t0), "percent_of_one_core", **tag, seconds=round(t1 - t0, 1), intervals="default (2/10/30 s)")
+def tier_phases(d: Agentd, text: str) -> dict[str, float]:
+    """When each tier loop of the daemon next starts (Unix time): start to start every
+    interval from its latest cycle's start, or from the latest SIGHUP (which restarts
+    every tier's schedule) when the tier has not run since."""
+    now, out = time.time(), {}
+    for tier in TIERS:
+        every = DEFAULT_INTERVALS[tier]
+        ts = metric(text, "agentd_last_collection_timestamp_seconds", tier=tier)
+        dur = metric(text, "agentd_collection_duration_seconds", tier=tier) or 0.0
+        start = ts - dur if ts is not None else None
+        anchor = d.last_hup if d.last_hup is not None and (start is None or start < d.last_hup) else start
+        first = (anchor if anchor is not None else now) + every
+        while first < now:
+            first += every
+        out[tier] = first
+    return out
+
+
+async def idle(d: Agentd, args: argparse.Namespace, tag: dict, tmp: Path) -> None:
+    reads = await asyncio.to_thread(record_reads, d.root)  # in this process, before the window
+    plan = write_floor_plan(tmp / "floor-plan.json", reads, tier_phases(d, await metrics_text(d)), DEFAULT_INTERVALS)
+    log = tmp / "floor.log"
+    floor = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_reader.py")), str(plan), str(log)])
+    try:
+        await asyncio.sleep(2.0)
+        c0, n0, f0, t0, w0 = cpu_seconds(d.pid), cpu_ns(d.pid), cpu_ns(floor.pid), time.monotonic(), time.time()
+        await asyncio.sleep(args.idle_s)
+        c1, n1, f1, t1, w1 = cpu_seconds(d.pid), cpu_ns(d.pid), cpu_ns(floor.pid), time.monotonic(), time.time()
+    finally:
+        stop_process(floor)
+    # The daemon: utime+stime (every thread, exited ones too; printed in 10 ms ticks). The
+    # floor is one thread: its schedstat ns (a pass is ~1 tick, ticks would round it away).
+    idle_pct, floor_pct = 100 * (c1 - c0) / (t1 - t0), (f1 - f0) / 1e7 / (t1 - t0)
+    emit(B, "idle_cpu", idle_pct, "percent_of_one_core", **tag, seconds=round(t1 - t0, 1), intervals="default (2/10/30 s)",
+         live_threads_schedstat_pct=round((n1 - n0) / 1e7 / (t1 - t0), 3))
+    passes: dict[str, list[float]] = {t: [] for t in TIERS}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        tier, start, ms = line.split()
+        if w0 <= float(start) <= w1:
+            passes[tier].append(float(ms))
+    emit(B, "idle_cpu_floor", floor_pct, "percent_of_one_core", **tag, seconds=round(t1 - t0, 1),
+         passes={t: len(v) for t, v in passes.items()}, ms_per_pass={t: round(pct(v, 0.5), 2) for t, v in passes.items() if v},
+         files={t: len(reads[t]["files"]) for t in TIERS}, listings={t: len(reads[t]["listings"]) for t in TIERS},
+         what="bench/floor_reader.py: open/read + listdir of the same paths on the same schedule, same window")
+    ratio(B, "idle_cpu_vs_floor", idle_pct, floor_pct, TARGETS["idle_cpu"], **tag, seconds=round(t1 - t0, 1),
+          note="the daemon's CPU is counted in 10 ms ticks: over a short window (--quick) a few ticks")
     emit(B, "rss", rss_bytes(d.pid) / 2**20, "MiB", **tag)
     hwm = next((int(x.split()[1]) for x in Path(f"/proc/{d.pid}/status").read_text().splitlines() if x.startswith("VmHWM:")), 0)
     emit(B, "rss_peak", hwm / 1024, "MiB", **tag, note="VmHWM, after the load runs")
@@ -166,14 +227,14 @@ async def run(args: argparse.Namespace) -> None:
         d = Agentd(tmp, root).start()
         ready_s = await wait_http(d.base + "/readyz", d.proc)
         emit(B, "startup_to_ready", ready_s * 1000, "ms", **tag, note="process start to the first full collection (tree already built)")
-        last_ts = await cycles(d, args.full_cycles, tag)
-        await sizes(d, tag)
+        last_ts, cycle_cpu = await cycles(d, args.full_cycles, tag)
+        await sizes(d, tag, cycle_cpu)
         if args.cycle_only:
             return
         await load(d, args, tag)
         if args.host_root is None:
             await hang(d, args, tag, last_ts)
-        await idle(d, args, tag)
+        await idle(d, args, tag, tmp)
     finally:
         if d is not None:
             rc, ms = d.stop()

@@ -17,6 +17,11 @@ requests on one keep-alive connection (p50/p99, req/s, server CPU ms per scrape)
 Ratios are agentd / node_exporter. node_exporter reads sysfs on every scrape; agentd
 serves bytes rendered once per collection, so its scrape cost does not grow with the
 tree (its collection cost is in bench_snapshot / bench_daemon).
+
+Against issue 19's targets: ``rss_vs_node_exporter`` (agentd RSS / node_exporter RSS,
+target <= 1.6x) and ``metrics_p99_vs_node_exporter`` (sequential gzip /metrics p99,
+target <= 0.25x), each with both values and the target; without node_exporter both are
+printed with a null value and ``unavailable`` saying why.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 
 from common import (
     GZIP,
+    TARGETS,
     Agentd,
     build_root,
     concurrent,
@@ -39,6 +45,7 @@ from common import (
     free_port,
     note,
     pct,
+    ratio,
     rss_bytes,
     run_main,
     sequential,
@@ -102,6 +109,9 @@ async def run(args: argparse.Namespace) -> None:
     exe = find_node_exporter(args.node_exporter)
     if exe is None:
         emit(B, "skipped", None, "", note="prometheus-node-exporter not installed; comparison skipped")
+        why = "node_exporter unavailable (prometheus-node-exporter not installed)"
+        ratio(B, "rss_vs_node_exporter", None, None, TARGETS["rss_vs_node_exporter"], profile=args.profile, unavailable=why)
+        ratio(B, "metrics_p99_vs_node_exporter", None, None, TARGETS["metrics_p99_vs_node_exporter"], profile=args.profile, unavailable=why)
         note("node_exporter comparison skipped: prometheus-node-exporter is not installed (apt-get install prometheus-node-exporter)")
         return
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-"))
@@ -127,8 +137,12 @@ async def run(args: argparse.Namespace) -> None:
         for key, unit in (("seq_p50", "ms"), ("seq_p99", "ms"), ("seq_rps", "req/s"), ("conc_p50", "ms"), ("conc_p99", "ms"),
                           ("conc_rps", "req/s"), ("cpu_ms_per_scrape", "ms"), ("rss", "MiB"), ("series", "series"),
                           ("bytes", "bytes"), ("bytes_gzip", "bytes")):
-            ratio = a[key] / n[key] if n[key] else float("nan")
-            emit(B, f"ratio_{key}", ratio, "agentd/node_exporter", **tag, agentd=round(a[key], 3), node_exporter=round(n[key], 3), unit_of_both=unit)
+            r = a[key] / n[key] if n[key] else float("nan")
+            emit(B, f"ratio_{key}", r, "agentd/node_exporter", **tag, agentd=round(a[key], 3), node_exporter=round(n[key], 3), unit_of_both=unit)
+        ratio(B, "rss_vs_node_exporter", a["rss"], n["rss"], TARGETS["rss_vs_node_exporter"], **tag, unit_of_both="MiB",
+              note="cost = agentd, floor = node_exporter, same tree, after the same load")
+        ratio(B, "metrics_p99_vs_node_exporter", a["seq_p99"], n["seq_p99"], TARGETS["metrics_p99_vs_node_exporter"], **tag,
+              unit_of_both="ms", requests=args.requests, note="sequential, one keep-alive connection, gzip")
     finally:
         if ne is not None:
             stop_process(ne)

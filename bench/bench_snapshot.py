@@ -12,6 +12,13 @@ threads count) and wall ms as the median over rounds, and files read. Assembling
 NodeSnapshot is included; checks, NCCL render, metrics and file writes are not (the
 daemon's cycle figures in bench_daemon.py include them).
 
+Beside each scope's CPU, its plain-read floor: the same process reading every file and
+listing every directory that scope's probes read (recorded through agentd's
+``ReadRecorder`` hooks, repeats kept) with ``open(p, "rb").read()`` and ``os.listdir``
+(bench/floor_reader.py), median over rounds; ``collect_{scope}_cpu_vs_floor`` is the
+ratio (target <= 1.5x). ``collect_full_cpu_per_device`` divides the full collection CPU
+by GPUs + HCAs + netdevs.
+
 ``--cprofile N`` also profiles full collections with cProfile and prints the top N
 functions by own time to stderr (not JSON).
 """
@@ -26,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import build_root, emit, run_main
+from common import TARGETS, build_root, emit, ratio, record_reads, run_main
+from floor_reader import plain_read
 
 from agentd.collection.collector import Collector, probes_in
 from agentd.config import AgentConfig
@@ -48,6 +56,17 @@ def measure(host: HostRoot, config: AgentConfig, names: list[str] | None, rounds
         cpu.append((time.process_time() - c0) * 1000)
         files = sum(p.files_read for p in snap.probes if names is None or p.name in names)
     return wall, cpu, files, snap
+
+
+def floor_cpu(reads: dict, rounds: int) -> list[float]:
+    """CPU ms of a plain read of ``reads`` (files and listings), once per round."""
+    plain_read(reads["files"], reads["listings"])  # warm, as the collections are
+    out = []
+    for _ in range(rounds):
+        c0 = time.process_time()
+        plain_read(reads["files"], reads["listings"])
+        out.append((time.process_time() - c0) * 1000)
+    return out
 
 
 def cprofile(host: HostRoot, config: AgentConfig, rounds: int, top: int) -> None:
@@ -96,17 +115,29 @@ def main(argv: list[str] | None = None) -> int:
         config = AgentConfig(host_root=root)
         tag = {"profile": args.profile}
         snap = None
+        reads = record_reads(root)
+        full_cpu = float("nan")
         for scope, tiers in SCOPES:
             names = probes_in(tiers) if tiers else None
             wall, cpu, files, snap_ = measure(host, config, names, args.rounds)
             snap = snap if scope != "full" else snap_
+            if scope == "full":
+                full_cpu = statistics.median(cpu)
             extra = {**tag, "scope": scope, "rounds": args.rounds}
             emit("snapshot", f"collect_{scope}_cpu", statistics.median(cpu), "ms", **extra, min=round(min(cpu), 2), max=round(max(cpu), 2))
             emit("snapshot", f"collect_{scope}_wall", statistics.median(wall), "ms", **extra)
             emit("snapshot", f"collect_{scope}_files_read", files, "files", **extra)
+            r = reads[scope]
+            fl = floor_cpu(r, args.rounds)
+            emit("snapshot", f"collect_{scope}_cpu_floor", statistics.median(fl), "ms", **extra, files=len(r["files"]),
+                 listings=len(r["listings"]), touched_not_read=r["touched"], what="open/read + listdir of the same paths, same process")
+            ratio("snapshot", f"collect_{scope}_cpu_vs_floor", statistics.median(cpu), statistics.median(fl), TARGETS["collect_cpu"], **extra)
         assert snap is not None
         emit("snapshot", "read_errors", len(snap.read_errors), "errors", **tag, gpus=len(snap.gpus), hcas=len(snap.hcas),
              netdevs=len(snap.netdevs), pci_devices=len(snap.pci))
+        devices = len(snap.gpus) + len(snap.hcas) + len(snap.netdevs)
+        emit("snapshot", "collect_full_cpu_per_device", full_cpu / devices if devices else None, "ms", **tag, devices=devices,
+             gpus=len(snap.gpus), hcas=len(snap.hcas), netdevs=len(snap.netdevs))
         emit("snapshot", "bench_process_max_rss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "MiB", **tag)
         if args.cprofile:
             cprofile(host, config, max(3, args.rounds // 2), args.cprofile)

@@ -29,6 +29,12 @@ GZIP = {"Accept-Encoding": "gzip"}  # what Prometheus sends
 IDENTITY = {"Accept-Encoding": "identity"}
 ENCODINGS = {"gzip": GZIP, "identity": IDENTITY}
 LARGE = "large-16gpu-18nic"
+HCA64 = "hca64-16gpu"
+TIERS = ("fast", "medium", "slow")
+DEFAULT_INTERVALS = {"fast": 2.0, "medium": 10.0, "slow": 30.0}  # agentd's defaults (config.md)
+# What each cost is held to (issue 19): cost / floor at most this; "ratio" figures carry it.
+TARGETS = {"idle_cpu": 1.5, "collect_cpu": 1.5, "rss_vs_node_exporter": 1.6, "metrics_p99_vs_node_exporter": 0.25,
+           "health_sequential_nvml_hung_p99_ms": 5.0}
 
 
 # -- output -------------------------------------------------------------------------
@@ -44,15 +50,24 @@ def note(text: str) -> None:
     print(f"# {text}", file=sys.stderr, flush=True)
 
 
+def ratio(bench: str, figure: str, cost: float | None, floor: float | None, target: float | None, **extra: Any) -> None:
+    """``figure`` = cost / floor, with both and the target beside it (None when either is missing)."""
+    r = cost / floor if cost is not None and floor else None
+    emit(bench, figure, r, "x", cost=None if cost is None else round(cost, 3), floor=None if floor is None else round(floor, 3),
+         target=target, within_target=None if r is None or target is None else r <= target, **extra)
+
+
 def pct(values: Sequence[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
-def latency_figures(bench: str, prefix: str, lat_s: Sequence[float], rps: float, **extra: Any) -> None:
-    """p50/p99 in ms and requests per second for one load run."""
+def latency_figures(bench: str, prefix: str, lat_s: Sequence[float], rps: float, p99_target_ms: float | None = None, **extra: Any) -> None:
+    """p50/p99 in ms and requests per second for one load run (the p99 with its target, if any)."""
     emit(bench, f"{prefix}_p50", pct(lat_s, 0.5) * 1000, "ms", n=len(lat_s), **extra)
-    emit(bench, f"{prefix}_p99", pct(lat_s, 0.99) * 1000, "ms", n=len(lat_s), **extra)
+    p99 = pct(lat_s, 0.99) * 1000
+    target: dict[str, Any] = {} if p99_target_ms is None else {"target_ms": p99_target_ms, "within_target": p99 <= p99_target_ms}
+    emit(bench, f"{prefix}_p99", p99, "ms", n=len(lat_s), **target, **extra)
     emit(bench, f"{prefix}_rps", rps, "req/s", **extra)
 
 
@@ -92,6 +107,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU time of every live thread of ``pid`` in ns (schedstat: not rounded to 10 ms ticks;
+    threads that exited are not counted)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -127,12 +154,79 @@ def clean_env() -> dict[str, str]:
 
 
 def build_root(profile: str, out: Path) -> Path:
-    """Build a simulated host root (the large benchmark profile is registered first)."""
+    """Build a simulated host root (the benchmark-only profiles are registered first)."""
     from agentd import sim
-    from agentd.sim import profile_large
+    from agentd.sim import profile_hca64, profile_large
 
     profile_large.register()
+    profile_hca64.register()
     return Path(sim.build_tree(profile, out))
+
+
+class ReadLog:
+    """A ``ReadRecorder`` (agentd.host.fs) that keeps every file read and directory listed,
+    in order and with repeats: the plain-read floor reads exactly these."""
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self.listings: list[str] = []
+        self.touched_n = 0
+
+    def file(self, path: str, data: bytes) -> None:
+        self.files.append(path)
+
+    def listing(self, path: str, names: list[str]) -> None:
+        self.listings.append(path)
+
+    def touched(self, path: str) -> None:
+        self.touched_n += 1
+
+    def take(self) -> dict[str, Any]:
+        out = {"files": self.files, "listings": self.listings, "touched": self.touched_n}
+        self.files, self.listings, self.touched_n = [], [], 0
+        return out
+
+
+def record_reads(root: Path) -> dict[str, dict[str, Any]]:
+    """What agentd's readers read, by scope: ``full`` (every probe, a fresh Collector, as
+    ``agentd check``) and each tier (after a full collection, as in the daemon). Each is
+    ``{"files": [...], "listings": [...], "touched": n}``, absolute paths as the readers
+    spelled them; ``touched`` counts paths only tested, resolved or followed."""
+    from dataclasses import replace
+
+    from agentd.collection.collector import Collector, probes_in
+    from agentd.config import AgentConfig
+    from agentd.host.fs import HostRoot
+
+    log = ReadLog()
+    host = replace(HostRoot.at(root), recorder=log)
+    collector = Collector(host, AgentConfig(host_root=root))
+    collector.run_sync()
+    out = {"full": log.take()}
+    for tier in TIERS:
+        collector.run_sync(probes_in([tier]))
+        out[tier] = log.take()
+    return out
+
+
+def device_count(root: Path) -> dict[str, int]:
+    """GPUs, HCAs and netdevs one collection of ``root`` finds, and their sum (``devices``)."""
+    from agentd.collection.collector import Collector
+    from agentd.config import AgentConfig
+    from agentd.host.fs import HostRoot
+
+    c = Collector(HostRoot.at(root), AgentConfig(host_root=root))
+    c.run_sync()
+    snap = c.snapshot()
+    n = {"gpus": len(snap.gpus), "hcas": len(snap.hcas), "netdevs": len(snap.netdevs)}
+    return {"devices": sum(n.values()), **n}
+
+
+def write_floor_plan(path: Path, reads: dict[str, dict[str, Any]], first: dict[str, float], intervals: dict[str, float]) -> Path:
+    """The plan bench/floor_reader.py follows: per tier its interval, first due time, reads."""
+    tiers = {t: {"interval": intervals[t], "first": first[t], "files": reads[t]["files"], "listings": reads[t]["listings"]} for t in TIERS}
+    path.write_text(json.dumps({"tiers": tiers}))
+    return path
 
 
 def apply_fault(root: Path, spec: str) -> None:
@@ -162,6 +256,16 @@ def write_config(tmp: Path, *, intervals: dict[str, float] | None = None, timeou
     return cfg
 
 
+def nccl_env_of(root: Path, tmp: Path) -> Path:
+    """Where ``agentd run --host-root root`` writes nccl.env: for a root that is not the node
+    (a simulated one), the node's paths move beside it (agentd.outputs.node_state)."""
+    try:
+        from agentd.outputs.node_state import state_dir_for
+    except ImportError:  # before node state moved: the configured path
+        return tmp / "out" / "nccl.env"
+    return state_dir_for(root) / "nccl.env"
+
+
 class Agentd:
     """``agentd run`` on a host root, on a free loopback port, logging to ``tmp``."""
 
@@ -170,9 +274,15 @@ class Agentd:
         self.config = write_config(tmp, intervals=intervals, timeouts=timeouts)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.nccl_env = tmp / "out" / "nccl.env"
+        self.nccl_env = nccl_env_of(root, tmp)
         self.proc: subprocess.Popen | None = None
         self._log: Any = None
+        self.last_hup: float | None = None  # Unix time of the latest SIGHUP (restarts the tier schedules)
+
+    def hup(self) -> None:
+        """SIGHUP: reload, one "event" collection, and every tier loop restarts its schedule."""
+        self.last_hup = time.time()
+        os.kill(self.pid, signal.SIGHUP)
 
     def start(self) -> "Agentd":
         cmd = [*agentd_cmd(), "run", "--config", str(self.config), "--host-root", str(self.root), "--listen", f"127.0.0.1:{self.port}"]
