@@ -52,3 +52,73 @@ def test_old_entries_are_thinned_and_the_cap_holds():
     assert len(snaps) <= 50
     old = [s for s in snaps if s.taken_at < snaps[-1].taken_at - 600]
     assert all(g >= 300 - 10 for g in spans(old))
+
+
+def _busy_sequence(layer: str, steps: int):
+    """Snapshots 10 s apart where counters rise (error, PMA-saturating, reset, pause and
+    NVLink error counters) for the first 25 steps and then stop (so later rates come from
+    the older, compact entries alone), a port flaps and a netdev loses carrier."""
+    from tests.support import check_snapshots as cs
+
+    snap = cs.node(layer=layer, t=1000.0)
+    nd = "eth1" if layer == "Ethernet" else "ib1"
+    out = []
+    for step in range(steps):
+        i = min(step, 25)
+        s = cs.at(snap, 1000.0 + 10.0 * step)
+        s = cs.with_counters(s, "mlx5_0", symbol_error=7 * i, link_downed=i // 3, port_xmit_data=10**12 + 10**9 * i)
+        s = cs.with_counters(s, "mlx5_2", port_rcv_errors=(5 * i if i < steps // 2 else i - steps // 2))  # a reset midway
+        s = cs.with_counters(s, "mlx5_3", hw=True, local_ack_timeout_err=50 * i, np_cnp_sent=1000 * i)
+        s = cs.with_counters(s, "mlx5_4", symbol_error=min(65535, 60000 + 900 * i))  # runs into its PMA maximum
+        s = cs.with_port(s, "mlx5_1", state="DOWN" if step % 5 == 2 else "ACTIVE")
+        s = cs.with_nvlink(s, 1, 3, errors={"crc_flit": 40 * i, "crc_data": i, "replay": 0, "recovery": 0})
+        if layer == "Ethernet":
+            s = cs.with_ethtool(s, "eth0", rx_prio3_pause=10**6 * i, tx_prio3_pause=3 * i, rx_bytes=10**9 + i)
+        s = cs.with_netdev(s, nd, carrier=step % 7 != 4)
+        out.append(s)
+    return out
+
+
+def test_compact_entries_judge_like_the_snapshots_they_replace():
+    """Every check that reads the history finds the same with the compact entries as with
+    the whole snapshots the history kept (rates, resets, saturation, flaps, seen-active,
+    pause storms, CNP and NVLink error rates)."""
+    from agentd.judging.judge import judge
+    from tests.support import check_snapshots as cs
+
+    config = cs.cfg(thresholds={"short_rate_window_s": 100.0})
+    for layer in ("InfiniBand", "Ethernet"):
+        seq = _busy_sequence(layer, 40)
+        h = History(maxlen=1000, spacing_s=10.0, recent_s=120.0)
+        whole = {}
+        codes: set[str] = set()
+        for cur in seq:
+            compact = h.snapshots()
+            kept = tuple(whole[s.taken_at] for s in compact)
+            got = judge(cur, compact, config, None).findings
+            assert got == judge(cur, kept, config, None).findings
+            codes |= {f.code for f in got}
+            whole[cur.taken_at] = cur
+            h.append(cur)
+        assert len(h.snapshots()) < len(seq)  # thinned beyond recent_s: the comparison covers thinning too
+        expected = {"ib.counter.symbol_error", "ib.counter.reset", "ib.counter.saturated", "ib.port.flapping", "nvlink.link.errors"}
+        if layer == "Ethernet":
+            expected |= {"roce.pfc.pause_storm", "roce.cnp.rate"}
+        assert expected <= codes, expected - codes
+
+
+def test_compact_entries_share_what_did_not_change():
+    from tests.support import check_snapshots as cs
+
+    h = History(maxlen=100, spacing_s=10.0)
+    base = cs.node(t=0.0)
+    for i in range(4):
+        h.append(cs.at(base, 10.0 * i))
+    a, b, c, last = h.snapshots()
+    assert last.hcas is not b.hcas and last.hcas[0].ports[0].counters == b.hcas[0].ports[0].counters  # the newest stays whole
+    assert b.hcas is a.hcas and c.nvml is b.nvml and c.netdevs is a.netdevs
+    changed = cs.with_counters(cs.at(base, 40.0), "mlx5_0", symbol_error=12)
+    h.append(changed)
+    h.append(cs.at(changed, 50.0))
+    d = h.snapshots()[-2]
+    assert d.hcas[0].ports[0].counters["symbol_error"] == 12 and d.hcas[1] is c.hcas[1]
