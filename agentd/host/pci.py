@@ -17,7 +17,6 @@ into one finding (``pcie.config_space.truncated``), not a read error per functio
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import struct
@@ -146,15 +145,10 @@ def parse_config_space(buf: bytes | None) -> tuple[PciePortType | None, int | No
 def _config(ctx: ReadContext, dev_dir: str, class_code: int) -> bytes | None:
     # Bridges are where ACS matters; reading 4 KiB makes the kernel do ~1000 config
     # cycles, so endpoints get only the legacy space that holds the PCIe capability.
+    # None: no config file in this tree (nothing to judge); b"": refused (EACCES from a
+    # security module, EIO), judged as cut. Read through this module's read_bounded.
     size = CONFIG_EXTENDED_BYTES if pci_class(class_code) == CLASS_BRIDGE_PCI else CONFIG_LEGACY_BYTES
-    try:
-        data = read_bounded(f"{dev_dir}/config", size)
-    except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            return None  # no config file in this tree: nothing to judge (config_bytes None)
-        return b""  # refused (EACCES from a security module, EIO): 0 bytes, judged as cut
-    ctx.read_done(f"{dev_dir}/config", data)
-    return data
+    return ctx.config_bytes(f"{dev_dir}/config", size, read_bounded)
 
 
 def _width(value: int | None) -> int | None:
