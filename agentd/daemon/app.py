@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from agentd import sim
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.daemon import Daemon
 from agentd.daemon.logging import configure_logging
@@ -58,6 +56,10 @@ async def run_daemon(
 
 
 def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Path:
+    import tempfile
+
+    from agentd import sim  # only `agentd run --simulate`: the simulator stays out of the daemon (~0.8 MiB)
+
     out = sim_dir if sim_dir is not None else Path(tempfile.mkdtemp(prefix="agentd-sim-"))
     return Path(sim.build_tree(profile, out, faults=faults))
 
