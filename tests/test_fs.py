@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,30 @@ def test_live_root_flags(tmp_path):
     (tmp_path / ".agentd-sim").mkdir()
     assert not h.is_simulated  # the mode is decided when the root is opened
     assert HostRoot.at(tmp_path).is_simulated
+
+
+def test_host_root_resolve_follows_links_inside_only(root, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    os.symlink("x", root / "sys/class/y")
+    os.symlink(outside, root / "sys/class/out")
+    os.symlink("../../..", root / "sys/class/up")
+    host = HostRoot.at(root)
+    assert host.resolve("sys/class/y") == host.root / "sys/class/x"
+    assert host.resolve("/sys/class/y/nl") == host.root / "sys/class/x/nl"  # a file at the end
+    for link in ("out", "up/.."):
+        with pytest.raises(fs.ReadFailure) as e:
+            host.resolve(f"sys/class/{link}")
+        assert e.value.kind == "escape"
+    with pytest.raises(FileNotFoundError):
+        host.resolve("sys/class/absent")
+
+
+def test_resolve_under_the_live_root_matches_realpath(root):
+    os.symlink("../class/x", root / "sys/class/rel")
+    os.symlink(root / "sys/class/x", root / "sys/class/abs")
+    os.symlink("../../../../../../../../../../..", root / "sys/class/top")
+    with ReadContext(HostRoot.at("/"), "t") as ctx:
+        for link in ("rel", "abs", "top", "x"):
+            assert ctx.resolve(root / "sys/class" / link) == Path(os.path.realpath(root / "sys/class" / link))
+        assert ctx.resolve(root / "sys/class/absent") is None
+        assert ctx.errors == []
