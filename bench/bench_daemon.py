@@ -184,16 +184,16 @@ async def idle(d: Agentd, args: argparse.Namespace, tag: dict, tmp: Path) -> Non
     floor = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_reader.py")), str(plan), str(log)])
     try:
         await asyncio.sleep(2.0)
-        c0, n0, f0, t0, w0 = cpu_seconds(d.pid), cpu_ns(d.pid), cpu_ns(floor.pid), time.monotonic(), time.time()
+        c0, f0, t0, w0 = cpu_seconds(d.pid), cpu_ns(floor.pid), time.monotonic(), time.time()
         await asyncio.sleep(args.idle_s)
-        c1, n1, f1, t1, w1 = cpu_seconds(d.pid), cpu_ns(d.pid), cpu_ns(floor.pid), time.monotonic(), time.time()
+        c1, f1, t1, w1 = cpu_seconds(d.pid), cpu_ns(floor.pid), time.monotonic(), time.time()
     finally:
         stop_process(floor)
-    # The daemon: utime+stime (every thread, exited ones too; printed in 10 ms ticks). The
-    # floor is one thread: its schedstat ns (a pass is ~1 tick, ticks would round it away).
+    # The daemon: utime+stime (every thread, exited ones too; 10 ms ticks; a schedstat sum
+    # over live threads would lose the lane threads that exit). The floor is one thread:
+    # its schedstat ns (a fast pass is ~2 ms, ticks would round it away).
     idle_pct, floor_pct = 100 * (c1 - c0) / (t1 - t0), (f1 - f0) / 1e7 / (t1 - t0)
-    emit(B, "idle_cpu", idle_pct, "percent_of_one_core", **tag, seconds=round(t1 - t0, 1), intervals="default (2/10/30 s)",
-         live_threads_schedstat_pct=round((n1 - n0) / 1e7 / (t1 - t0), 3))
+    emit(B, "idle_cpu", idle_pct, "percent_of_one_core", **tag, seconds=round(t1 - t0, 1), intervals="default (2/10/30 s)")
     passes: dict[str, list[float]] = {t: [] for t in TIERS}
     for line in log.read_text().splitlines() if log.exists() else []:
         tier, start, ms = line.split()

@@ -109,7 +109,7 @@ def cpu_seconds(pid: int) -> float:
 
 def cpu_ns(pid: int) -> int:
     """CPU time of every live thread of ``pid`` in ns (schedstat: not rounded to 10 ms ticks;
-    threads that exited are not counted)."""
+    threads that exited are not counted, so use it for single-threaded processes)."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:

@@ -51,8 +51,8 @@ def steps(quick: bool) -> list[tuple[str, list[str], float]]:
                            "--load-s", "2" if q else "5"], 90 if q else 120),
     ]
     if (HERE / "bench_memory.py").exists():  # written separately; run when present
-        # --quick: no busy node (its full history takes minutes); full: a shorter history
-        args = ["--skip-busy", "--load-s", "2", "--settle-s", "2"] if q else ["--entries", "240"]
+        # --quick: no busy node; full: 180 history entries, not the 720 of a full history (minutes)
+        args = ["--skip-busy", "--load-s", "2", "--settle-s", "2"] if q else ["--entries", "180"]
         out.append(("memory", ["bench_memory.py", "--profile", "h100-ib", *args], 60 if q else 150))
     return out
 
