@@ -261,9 +261,10 @@ def nccl_env_of(root: Path, tmp: Path) -> Path:
     (a simulated one), the node's paths move beside it (agentd.outputs.node_state)."""
     try:
         from agentd.outputs.node_state import state_dir_for
-    except ImportError:  # before node state moved: the configured path
+
+        return state_dir_for(root) / "nccl.env"
+    except (ImportError, ValueError):  # before node state moved, or root "/": the configured path
         return tmp / "out" / "nccl.env"
-    return state_dir_for(root) / "nccl.env"
 
 
 class Agentd:
