@@ -282,3 +282,25 @@ def test_live_root_opens_by_absolute_path(tmp_path: Path, monkeypatch: pytest.Mo
     ctx = ReadContext(host, "t")
     assert ctx.text(tmp_path / "f") == "x"
     assert seen == ["str"] and open_fds() == before
+
+
+def test_a_swept_context_never_closes_fds_twice(wide: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once swept, a context's old fd numbers belong to whoever opens next: neither its
+    finalizer nor its close() may close them again."""
+    monkeypatch.setattr(fs, "SWEEP_AT", 0)
+    a = ReadContext(HostRoot.at(wide), "a")
+    assert a.integer("sys/w/d1/v") == 1
+    b = ReadContext(HostRoot.at(wide), "b")
+    assert b.integer("sys/w/d2/v") == 2  # b starts holding fds: idle a is swept
+    (tmp_path / "mine").write_text("still open\n")
+    mine = [os.open(tmp_path / "mine", os.O_RDONLY) for _ in range(4)]  # reuse a's numbers
+    try:
+        a.close()
+        del a
+        gc.collect()
+        assert all(os.pread(fd, 5, 0) == b"still" for fd in mine)
+    finally:
+        for fd in mine:
+            os.close(fd)
+    assert b.integer("sys/w/d2/v") == 2
+    b.close()

@@ -283,6 +283,16 @@ _holding: weakref.WeakSet[_DirFds] = weakref.WeakSet()
 _holding_lock = threading.Lock()
 
 
+def _close_idle(fds: _DirFds) -> None:
+    """Close ``fds`` unless their lock is held: by ``_sweep``, which is closing them (a
+    finalizer runs when the context is gone, so no access of it holds the lock)."""
+    if fds.lock.acquire(blocking=False):
+        try:
+            fds.close()
+        finally:
+            fds.lock.release()
+
+
 def _sweep(new: _DirFds) -> None:
     with _holding_lock:
         others = list(_holding)
@@ -351,7 +361,7 @@ class ReadContext:
     _alias: dict[str, str] = field(init=False, repr=False)
     _escaped: dict[str, str] = field(init=False, repr=False)
     _fds: _DirFds = field(init=False, repr=False)
-    _fin: "weakref.finalize[[], ReadContext]" | None = field(init=False, repr=False)
+    _fin: "weakref.finalize[[_DirFds], ReadContext]" | None = field(init=False, repr=False)
     _rec: ReadRecorder | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -370,9 +380,10 @@ class ReadContext:
     def close(self) -> None:
         """Close the directory fds this context holds (it stays usable: they reopen)."""
         if self._fin is not None:
-            with self._fds.lock:
-                self._fin()
+            self._fin.detach()
             self._fin = None
+        with self._fds.lock:
+            self._fds.close()
 
     def __enter__(self) -> "ReadContext":
         return self
@@ -393,7 +404,7 @@ class ReadContext:
         if fds.root < 0:
             fds.root = os.open(self._root_str, _ROOT_FLAGS)
             if self._fin is None:
-                self._fin = weakref.finalize(self, fds.close)
+                self._fin = weakref.finalize(self, _close_idle, fds)
             _sweep(fds)
         return fds.root
 
@@ -514,7 +525,12 @@ class ReadContext:
         real = self._alias.get(d)
         if real is None:
             real = self._real_dir(d)
-        return self._dir_fd(real), real, name
+        dirs = self._fds.dirs
+        fd = dirs.get(real)
+        if fd is None:
+            return self._dir_fd(real), real, name
+        dirs.move_to_end(real)
+        return fd, real, name
 
     def _resolve_path(self, p: str) -> tuple[str, bool]:
         with self._fds.lock:
