@@ -4,6 +4,14 @@ A probe is one reader over one source with a tier (how often the daemon runs it)
 timeout. The Collector keeps the latest output of each probe; ``snapshot()`` assembles
 them into a NodeSnapshot (pure: ``assemble``). A probe that times out keeps its previous
 data, marked stale, so one hung source never blanks the rest of the node.
+
+Doing only what changed (agentd.base.memo): a probe that reads only files (every probe
+but NVML, and ethtool/DCB on a live node, which ask the kernel) keeps the journal of its
+last full run, every access with its answer. The next run replays the journal first:
+the same reads, no parsing. When every answer is the same the probe's previous output
+object is kept, so assembly, the evaluation and the metrics areas reuse their results by
+identity; at the first difference the probe runs in full. A full run also happens at
+least every ``FULL_READ_EVERY_S``, and whenever a probe it depends on changed.
 """
 
 from __future__ import annotations
@@ -16,9 +24,10 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
+from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
 from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, system
-from agentd.host.fs import HostRoot, ReadContext
+from agentd.host.fs import HostRoot, ReadContext, replay
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
 from agentd.model import (
@@ -35,6 +44,8 @@ from agentd.model import (
 )
 
 Tier = Literal["fast", "medium", "slow"]
+# A journaled probe still runs in full at least this often (seconds), whatever its replays say.
+FULL_READ_EVERY_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,12 @@ class ProbeOutput:
     data: Any
     errors: tuple[ReadError, ...]
     status: ProbeStatus
+    # The accesses of the full run that produced ``data`` (agentd.host.fs.replay); None:
+    # this probe is not journaled (it asks the kernel or NVML) or its run failed.
+    journal: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    inputs: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # the data of the probes it read (``after``)
+    full_at: float = 0.0  # time.monotonic() of that full run
+    reused: bool = False  # this run replayed the journal and kept the previous data
 
 
 ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], Any]
@@ -64,6 +81,15 @@ class ProbeSpec:
     empty: Any  # value when the probe never produced data
     nvml: bool = False  # uses the NVML timeout
     after: tuple[str, ...] = ()  # probes whose output this one needs
+    # Whether everything the probe learns comes through its ReadContext on this host (so
+    # replaying its journal tells whether its output would change). NVML never: the
+    # library answers (and a simulated hang must hang every time).
+    journaled: Callable[[HostRoot], bool] = lambda host: True
+
+
+def _files_unless_live(host: HostRoot) -> bool:
+    """ethtool and DCB ask the kernel (ioctl, netlink) on a live node, read files otherwise."""
+    return not host.is_live
 
 
 # One InfiniBand read per tier, each with only the parts that tier needs, so every file is
@@ -82,9 +108,9 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ()),
     ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), ()),
     ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
-    ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",)),
-    ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",)),
-    ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True),
+    ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
+    ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
+    ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False),
 )
 PROBE_BY_NAME = {p.name: p for p in PROBES}
 # The probe catalogue: every probe name with its tier, in collection order. Tests, the
@@ -200,6 +226,34 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
 # running probes (shell)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What one probe run returned to the collector (from its lane thread)."""
+
+    data: Any
+    errors: tuple[ReadError, ...]
+    files_read: int
+    duration: float
+    finished: float
+    journal: tuple[Any, ...] | None = None
+    inputs: tuple[Any, ...] = ()
+    full_at: float = 0.0
+    reused: bool = False
+
+
+def _inputs(spec: ProbeSpec, outputs: Mapping[str, ProbeOutput]) -> tuple[Any, ...]:
+    return tuple(outputs[a].data if a in outputs else None for a in spec.after)
+
+
+def _reuse(spec: ProbeSpec, host: HostRoot, prev: ProbeOutput | None, inputs: tuple[Any, ...], now: float) -> tuple[bool, int]:
+    """(True, files read) when replaying ``prev``'s journal shows nothing it read changed."""
+    if prev is None or prev.journal is None or not prev.status.ok or prev.status.stale:
+        return False, 0
+    if now - prev.full_at >= FULL_READ_EVERY_S or len(inputs) != len(prev.inputs) or any(a is not b for a, b in zip(inputs, prev.inputs)):
+        return False, 0
+    return replay(host, prev.journal)
+
+
 @dataclass
 class Collector:
     host: HostRoot
@@ -208,15 +262,31 @@ class Collector:
     _lanes: dict[str, Lane] = field(default_factory=dict)
     _last_ok: dict[str, float] = field(default_factory=dict)
     _last_ok_mono: dict[str, float] = field(default_factory=dict)
+    # The snapshot content of the last assembly, reused while every probe's data and read
+    # errors are the same objects (shared by the private copies the daemon snapshots from).
+    _assembled: IdentityMemo[NodeSnapshot] = field(default_factory=IdentityMemo)
 
     def _timeout(self, spec: ProbeSpec) -> float:
         return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
 
-    def _body(self, spec: ProbeSpec, deps: Mapping[str, ProbeOutput]) -> tuple[Any, ReadContext, float, float]:
-        ctx = ReadContext(self.host, spec.name)
-        t0 = time.perf_counter()
-        data = spec.fn(ctx, deps)
-        return data, ctx, time.perf_counter() - t0, time.time()
+    def _body(self, spec: ProbeSpec, deps: Mapping[str, ProbeOutput]) -> _Run:
+        """One run of a probe (in its lane thread): the journal replayed when there is one,
+        the reader in full when that shows a change (or there is none)."""
+        journaled = spec.journaled(self.host) and self.host.recorder is None
+        t0, mono = time.perf_counter(), time.monotonic()
+        inputs = _inputs(spec, deps)
+        if journaled:
+            prev = deps.get(spec.name)
+            same, files = _reuse(spec, self.host, prev, inputs, mono)
+            if same and prev is not None:
+                return _Run(prev.data, prev.errors, files, time.perf_counter() - t0, time.time(), prev.journal, inputs, prev.full_at, reused=True)
+        ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None)
+        try:
+            data = spec.fn(ctx, deps)
+        finally:
+            ctx.close()
+        journal = tuple(ctx.journal) if ctx.journal is not None else None
+        return _Run(data, tuple(ctx.errors), ctx.files_read, time.perf_counter() - t0, time.time(), journal, inputs, mono)
 
     def _lane(self, name: str) -> Lane:
         lane = self._lanes.get(name)
@@ -224,18 +294,25 @@ class Collector:
             lane = self._lanes[name] = Lane(name)
         return lane
 
-    def _record(self, spec: ProbeSpec, result: tuple[Any, ReadContext, float, float] | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
+    def _record(self, spec: ProbeSpec, result: _Run | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
         now = time.time()
         prev = self.outputs.get(spec.name)
         if result is not None:
-            data, ctx, duration, finished = result
+            finished = result.finished
             self._last_ok[spec.name] = finished
             self._last_ok_mono[spec.name] = mono = time.monotonic()
+            data, errors = result.data, result.errors
+            if not result.reused and prev is not None and prev.status.ok:
+                # A probe without a journal (NVML) that answered the same keeps the previous
+                # objects too, so what is built from them is reused (agentd.base.memo).
+                data = prev.data if data == prev.data else data
+                errors = prev.errors if errors == prev.errors else errors
             out = ProbeOutput(
                 spec.name,
                 data,
-                tuple(ctx.errors),
-                ProbeStatus(name=spec.name, ok=True, duration_s=duration, finished_at=finished, last_success_at=finished, last_success_mono=mono, files_read=ctx.files_read),
+                errors,
+                ProbeStatus(name=spec.name, ok=True, duration_s=result.duration, finished_at=finished, last_success_at=finished, last_success_mono=mono, files_read=result.files_read),
+                journal=result.journal, inputs=result.inputs, full_at=result.full_at, reused=result.reused,
             )
         else:
             # The failure itself is on the ProbeStatus (one probe.failed finding); the
@@ -293,8 +370,18 @@ class Collector:
         return done
 
     def snapshot(self, taken_at: float | None = None) -> NodeSnapshot:
-        h = self.host
-        return assemble(self.outputs, str(h.root), time.time() if taken_at is None else taken_at, host_mode=h.mode, host_mode_reason=h.mode_reason)
+        """The NodeSnapshot of the latest outputs. Its content parts are the previous
+        snapshot's very objects while no probe's data or read errors changed (a steady node
+        assembles once); ``taken_at`` and the probe statuses are always this call's."""
+        h, outputs = self.host, self.outputs
+        when = time.time() if taken_at is None else taken_at
+        key: list[object] = []
+        for p in PROBES:
+            o = outputs.get(p.name)
+            key += (o.data, o.errors) if o is not None else (None, None)
+        content = self._assembled.get(key, lambda: assemble(outputs, str(h.root), when, host_mode=h.mode, host_mode_reason=h.mode_reason))
+        probes = tuple(outputs[p.name].status for p in PROBES if p.name in outputs)
+        return content.model_copy(update={"taken_at": when, "probes": probes})
 
     def with_config(self, config: AgentConfig) -> Collector:
         return replace(self, config=config)

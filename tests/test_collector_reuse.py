@@ -1,0 +1,110 @@
+"""Doing only what changed: a journaled probe whose files answer the same keeps its output
+object; any change (a file's bytes, a directory entry, a dependency) makes it read in full."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentd import sim
+from agentd.collection.collector import PROBES, Collector
+from agentd.config import AgentConfig
+from agentd.host.fs import HostRoot
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(sim.build_tree("h100-ib", tmp_path_factory.mktemp("reuse") / "root"))
+
+
+def _collector(root: Path) -> Collector:
+    return Collector(HostRoot.at(root), AgentConfig())
+
+
+def test_steady_node_keeps_every_file_probes_output_and_snapshot_content(tree: Path) -> None:
+    c = _collector(tree)
+    c.run_sync()
+    first = dict(c.outputs)
+    snap1 = c.snapshot()
+    c.run_sync()
+    snap2 = c.snapshot()
+    for spec in PROBES:
+        out = c.outputs[spec.name]
+        if spec.name == "nvml":
+            assert not out.reused  # NVML is asked every time (simulated hangs must hang)
+            assert out.data is first[spec.name].data  # an equal answer keeps the previous object
+            continue
+        assert out.reused, spec.name
+        assert out.data is first[spec.name].data, spec.name
+        assert out.status.files_read == first[spec.name].status.files_read > 0 or spec.name in ("ethtool", "dcb"), spec.name
+    # every probe's status is new, the content is the very same objects
+    assert snap2.taken_at >= snap1.taken_at
+    for part in ("pci", "hcas", "netdevs", "gpus", "system", "gdr"):
+        assert getattr(snap2, part) is getattr(snap1, part), part
+
+
+def test_a_changed_file_is_read_in_full_and_reported(tree: Path, tmp_path: Path) -> None:
+    root = Path(sim.build_tree("h100-ib", tmp_path / "root"))
+    c = _collector(root)
+    c.run_sync()
+    before = c.snapshot()
+    pci = c.outputs["pci"].data
+    port = next(p for h in before.hcas if h.name == "mlx5_2" for p in h.ports)
+    assert port.state.upper().endswith("ACTIVE")
+    sim.apply_fault(root, "port_down@mlx5_2")
+    c.run_sync(["ib", "netdev"])
+    assert not c.outputs["ib"].reused
+    after = c.snapshot()
+    port = next(p for h in after.hcas if h.name == "mlx5_2" for p in h.ports)
+    assert "DOWN" in port.state.upper()
+    # the probes that were not run keep their outputs (a new snapshot is assembled from them)
+    assert c.outputs["pci"].data is pci and after.pci == before.pci
+    sim.clear_fault(root, "port_down@mlx5_2")
+    c.run_sync(["ib"])
+    restored = next(p for h in c.snapshot().hcas if h.name == "mlx5_2" for p in h.ports)
+    assert restored.state.upper().endswith("ACTIVE")
+
+
+def test_a_new_directory_entry_is_seen(tmp_path: Path) -> None:
+    root = Path(sim.build_tree("h100-ib", tmp_path / "root"))
+    c = _collector(root)
+    c.run_sync(["pci"])
+    c.run_sync(["pci"])
+    assert c.outputs["pci"].reused and not c.outputs["pci"].errors
+    (root / "sys/bus/pci/devices/not-a-bus-id").mkdir()  # the listing answers differently now
+    c.run_sync(["pci"])
+    out = c.outputs["pci"]
+    assert not out.reused
+    assert [e.kind for e in out.errors if e.path.endswith("not-a-bus-id")] == ["unparsable"]
+
+
+def test_a_dependency_that_changed_makes_the_dependent_read_in_full(tmp_path: Path) -> None:
+    root = Path(sim.build_tree("h100-roce", tmp_path / "root"))
+    c = _collector(root)
+    c.run_sync()
+    netdevs = c.outputs["netdev"].data
+    c.run_sync(["netdev", "ethtool"])
+    assert c.outputs["netdev"].data is netdevs and c.outputs["ethtool"].reused
+    sim.apply_fault(root, "port_down@mlx5_2")
+    c.run_sync(["netdev", "ethtool"])
+    assert c.outputs["netdev"].data is not netdevs
+    assert not c.outputs["ethtool"].reused
+
+
+def test_a_failed_run_is_never_reused(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = _collector(tree)
+    c.run_sync(["pci"])
+    import agentd.collection.collector as col
+
+    spec = col.PROBE_BY_NAME["pci"]
+    boom = col.ProbeSpec(spec.name, spec.tier, lambda ctx, o: (_ for _ in ()).throw(RuntimeError("boom")), spec.empty)
+    monkeypatch.setitem(col.PROBE_BY_NAME, "pci", boom)
+    # the replay would say "same": force a full run by age, which fails
+    monkeypatch.setattr(col, "FULL_READ_EVERY_S", 0.0)
+    c.run_sync(["pci"])
+    assert not c.outputs["pci"].status.ok and c.outputs["pci"].journal is None
+    monkeypatch.setitem(col.PROBE_BY_NAME, "pci", spec)
+    monkeypatch.setattr(col, "FULL_READ_EVERY_S", 300.0)  # the files are unchanged: only the failure forbids reuse
+    c.run_sync(["pci"])
+    assert c.outputs["pci"].status.ok and not c.outputs["pci"].reused
