@@ -108,3 +108,19 @@ def test_a_failed_run_is_never_reused(tree: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(col, "FULL_READ_EVERY_S", 300.0)  # the files are unchanged: only the failure forbids reuse
     c.run_sync(["pci"])
     assert c.outputs["pci"].status.ok and not c.outputs["pci"].reused
+
+
+def test_a_refresh_of_a_steady_node_reuses_the_nccl_render(tree: Path) -> None:
+    from agentd.outputs.evaluate import Evaluator
+
+    c = _collector(tree)
+    c.run_sync()
+    snap = c.snapshot()
+    ev = Evaluator()
+    first = ev(snap, (), c.config, None, refresh_s=0.0)  # refresh_s 0: every call evaluates again
+    second = ev(snap, (), c.config, None, refresh_s=0.0)
+    assert second is not first and second.findings == first.findings
+    assert second.render is first.render  # same content, same config, equal findings: not rendered again
+    other = c.config.model_copy(update={"nccl": c.config.nccl.model_copy(update={"ib_tc": 106})})
+    third = ev(snap, (), other, None, refresh_s=0.0)
+    assert third.render is not first.render and ("NCCL_IB_TC", "106") in third.nccl_env

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from agentd.base.memo import same_objects
 from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.judging.expected import Expected, expected_values
@@ -38,7 +39,10 @@ class Evaluation:
         return dict(self.nccl_file_problems).get(file, ())
 
 
-def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None) -> Evaluation:
+RenderFn = Callable[[NodeSnapshot, Sequence[Finding], AgentConfig, HcaRoles], NcclRender]
+
+
+def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *, render: RenderFn = render_all) -> Evaluation:
     """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does) and render NCCL files."""
     j = judge(snap, history, config, baseline)
     ev = Evaluation(
@@ -51,7 +55,7 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
     if not config.nccl.enabled:
         return ev
     try:
-        r = render_all(snap, list(j.findings), config, j.roles)
+        r = render(snap, list(j.findings), config, j.roles)
     except Exception as e:
         return replace(ev, nccl_problems=(f"renderer failed: {type(e).__name__}: {e}",))
     return replace(ev, render=r, nccl_env=r.env.items(), nccl_problems=tuple(r.problems), nccl_file_problems=r.file_problems)
@@ -76,6 +80,7 @@ class Evaluator:
     fn: Callable[..., Evaluation] = evaluate
     hits: int = 0
     _last: tuple[NodeSnapshot, Evaluation, AgentConfig, Baseline | None, float] | None = None  # snap, its evaluation, config, baseline, when
+    _last_render: tuple[tuple[object, ...], tuple[Finding, ...], HcaRoles, NcclRender] | None = None
 
     def __call__(self, snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> Evaluation:
         now = time.monotonic()
@@ -91,6 +96,18 @@ class Evaluator:
             ):
                 self.hits += 1
                 return ev
-        ev = self.fn(snap, history, config, baseline)
+        ev = self.fn(snap, history, config, baseline, render=self._render) if self.fn is evaluate else self.fn(snap, history, config, baseline)
         self._last = (snap, ev, config, baseline, now)
         return ev
+
+    def _render(self, snap: NodeSnapshot, findings: Sequence[Finding], config: AgentConfig, roles: HcaRoles) -> NcclRender:
+        """render_all, reused while the snapshot content and config are the same objects and
+        the findings and roles are equal (a refresh of a steady node's time-dependent
+        findings changes nothing the NCCL files say)."""
+        key = (config, *(getattr(snap, f) for f in _CONTENT))
+        last = self._last_render
+        if last is not None and same_objects(last[0], key) and last[1] == tuple(findings) and last[2] == roles:
+            return last[3]
+        r = render_all(snap, findings, config, roles)
+        self._last_render = (key, tuple(findings), roles, r)
+        return r
