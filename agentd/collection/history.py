@@ -25,7 +25,7 @@ state, phys_state, link layer, netdev and every counter and hw_counter; per netd
 operstate, carrier and the ``{rx,tx}_prio<N>_pause`` ethtool statistics; per NVLink its
 number, state and error counters. Counter tables become ``Counters``: read-only mappings
 whose names are shared between entries and whose values are packed in an array (8 bytes a
-value instead of ~70 for a dict entry and an int object), and ports, netdevs and GPUs are
+value, or 4 when the table's values fit, instead of ~70 for a dict entry and an int), and ports, netdevs and GPUs are
 small slotted objects with the attributes those readers use (duck-typed IbPort, Hca,
 Netdev, NvmlGpu, NvLink). A compact entry equal to the previous one shares its parts.
 On a node where every counter changes every cycle an entry costs ~10 KB instead of ~380 KB.
@@ -200,7 +200,9 @@ _PAUSE = tuple(f"{d}_prio{p}_pause" for d in ("rx", "tx") for p in range(8))
 
 
 def _pack(values: list[int]) -> Sequence[int] | None:
-    for code in ("Q", "q"):
+    """The values in an array of 4-byte unsigned ints when they fit (error counters), else
+    8-byte ones (64-bit data counters); None when they are not all 64-bit integers."""
+    for code in ("I", "Q", "q"):
         try:
             return array(code, values)
         except (OverflowError, TypeError):
