@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
@@ -338,20 +339,31 @@ class Collector:
         return [p for p in (first, second) if p]
 
     def run_sync(self, names: Iterable[str] | None = None) -> None:
-        """Run probes (all by default) and wait for each up to its timeout."""
+        """Run probes (all by default) and wait for each up to its timeout (``run``'s order)."""
         for phase in self._phases(names or [p.name for p in PROBES]):
-            started = [(s, self._lane(s.name).submit(self._body, s, dict(self.outputs))[0], time.monotonic()) for s in phase]
-            for spec, fut, t0 in started:
-                left = max(0.0, self._timeout(spec) - (time.monotonic() - t0))
-                try:
-                    self._record(spec, fut.result(timeout=left), None, False, 0)
-                except TimeoutError:
-                    self._record(spec, None, None, True, self._timeout(spec))
-                except Exception as e:
-                    self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
+            aside = [(s, self._lane(s.name).submit(self._body, s, dict(self.outputs))[0], time.monotonic()) for s in phase if s.nvml]
+            for spec in phase:
+                if not spec.nvml:
+                    self._wait_sync(spec, self._lane(spec.name).submit(self._body, spec, dict(self.outputs))[0], time.monotonic())
+            for spec, fut, t0 in aside:
+                self._wait_sync(spec, fut, t0)
+
+    def _wait_sync(self, spec: ProbeSpec, fut: Future[_Run], t0: float) -> None:
+        left = max(0.0, self._timeout(spec) - (time.monotonic() - t0))
+        try:
+            self._record(spec, fut.result(timeout=left), None, False, 0)
+        except TimeoutError:
+            self._record(spec, None, None, True, self._timeout(spec))
+        except Exception as e:
+            self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
     async def run(self, names: Iterable[str]) -> list[ProbeOutput]:
-        """Async variant for the daemon: the event loop never blocks on a probe."""
+        """Async variant for the daemon: the event loop never blocks on a probe.
+
+        Within a phase, NVML runs beside the others (its library waits on the driver), and
+        the probes that read files run one after another, each in its own lane with its
+        own timeout: Python threads reading in parallel only contend for the GIL (which
+        cost as much CPU as the reading), and a hung one still costs only its timeout."""
         done: list[ProbeOutput] = []
         for phase in self._phases(names):
 
@@ -366,7 +378,18 @@ class Collector:
                 except Exception as e:
                     return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
-            done.extend(await asyncio.gather(*(one(s) for s in phase)))
+            async def in_turn(specs: list[ProbeSpec]) -> list[ProbeOutput]:
+                return [await one(s) for s in specs]
+
+            beside = [asyncio.ensure_future(one(s)) for s in phase if s.nvml]
+            try:
+                outs = await in_turn([s for s in phase if not s.nvml])
+                outs += await asyncio.gather(*beside)
+            finally:
+                for task in beside:
+                    task.cancel()  # done already, unless this run was cancelled (stop)
+            by_name = {o.name: o for o in outs}
+            done.extend(by_name[s.name] for s in phase)
         return done
 
     def snapshot(self, taken_at: float | None = None) -> NodeSnapshot:

@@ -10,6 +10,7 @@ import resource
 from typing import Any, Callable
 
 from agentd.config import AgentConfig
+from agentd.host.fs import MAX_OPEN_DIRS, SWEEP_AT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,9 @@ class ConnectionLimiter:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return 4096
-        return max(32, min(4096, soft - 200))  # leave room for probes, files, threads
+        # Leave room for probes, files and threads, and for the directory fds the readers
+        # keep while they walk (agentd.host.fs: SWEEP_AT held in all, plus one context's).
+        return max(32, min(4096, soft - 200 - SWEEP_AT - MAX_OPEN_DIRS))
 
     def configure(self, limits: ServerLimits) -> None:
         self.header_timeout_s, self.write_timeout_s = limits.header_timeout_s, limits.write_timeout_s

@@ -218,7 +218,7 @@ _ROOT_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 MAX_SYMLINK_HOPS = 40  # as the kernel's ELOOP limit
-MAX_OPEN_DIRS = 128  # directory fds one context keeps open (least recently used closed first)
+MAX_OPEN_DIRS = 32  # directory fds one context keeps open (least recently used closed first)
 LOOP_DETAIL = "too many levels of symbolic links"
 
 
@@ -278,7 +278,7 @@ class _DirFds:
 # Contexts whose owners keep them after their run (a finished future holds its result)
 # would keep their fds until collected: when those held by all contexts pass SWEEP_AT,
 # a context that starts holding fds closes the idle ones' (they reopen if used again).
-SWEEP_AT = 512
+SWEEP_AT = 128
 _holding: weakref.WeakSet[_DirFds] = weakref.WeakSet()
 _holding_lock = threading.Lock()
 
