@@ -147,7 +147,12 @@ def agentd_cmd() -> list[str]:
 
 
 def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    """The environment agentd runs with here: no AGENTD_* settings or systemd sockets, and
+    the unit's and container's MALLOC_ARENA_MAX=2 (systemd/agentd.service), so RSS is
+    measured as shipped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    env.setdefault("MALLOC_ARENA_MAX", "2")
+    return env
 
 
 # -- simulated trees and agentd -----------------------------------------------------

@@ -21,11 +21,9 @@ from aiohttp import web
 from agentd import __version__
 from agentd.base.expo import CONTENT_TYPE
 from agentd.config import AgentConfig
-from agentd.daemon.auth import web_app_options
 from agentd.daemon.connections import ConnectionLimiter, ServerLimits
 from agentd.daemon.health import checks_json, health, health_json, health_text
 from agentd.daemon.state import State
-from agentd.daemon.webconfig import load_web_config
 
 JSON = "application/json"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -263,5 +261,9 @@ def web_options(config: AgentConfig) -> tuple[list[Any], Any]:
     """(middlewares, ssl context) from ``web.config_file`` (exporter-toolkit format)."""
     if config.web.config_file is None:
         return [], None
+    # Imported only when a web config is set: YAML and bcrypt cost ~1.3 MiB of RSS that a
+    # daemon without one never uses.
+    from agentd.daemon.auth import web_app_options
+    from agentd.daemon.webconfig import load_web_config
 
     return web_app_options(load_web_config(config.web.config_file))
