@@ -1,4 +1,5 @@
-"""The synthetic 16-GPU / 18-NIC benchmark node reads back cleanly and judges ok.
+"""The synthetic benchmark nodes (16 GPUs / 18 NICs, and 16 GPUs / 64 HCAs) read back
+cleanly and judge ok.
 
 The profile is registered only while this module's tree is built (MonkeyPatch context),
 so the stock-profile parametrisations elsewhere keep their three profiles.
@@ -13,23 +14,42 @@ import pytest
 
 from agentd import sim
 from agentd.cli import main
-from agentd.sim import profile_large
+from agentd.sim import profile_hca64, profile_large
+
+
+def _built(tmp_path_factory, mod):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sim.PROFILES, mod.NAME, mod.PROFILE)
+        yield sim.build_tree(mod.NAME, tmp_path_factory.mktemp(mod.NAME) / "root")
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sim.PROFILES, profile_large.NAME, profile_large.PROFILE)
-        yield sim.build_tree(profile_large.NAME, tmp_path_factory.mktemp("large") / "root")
+    yield from _built(tmp_path_factory, profile_large)
 
 
-@pytest.fixture
-def large(tree, monkeypatch, tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def hca64_tree(tmp_path_factory):
+    yield from _built(tmp_path_factory, profile_hca64)
+
+
+def _env(monkeypatch, tmp_path) -> None:
     for k, v in {"AGENTD_TIMEOUTS__NVML_S": "2", "AGENTD_INTERVALS__CHECK_RATE_WINDOW_S": "0"}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("AGENTD_PATHS__BASELINE", str(tmp_path / "state" / "baseline.json"))
     monkeypatch.delenv("AGENTD_CONFIG", raising=False)
+
+
+@pytest.fixture
+def large(tree, monkeypatch, tmp_path) -> Path:
+    _env(monkeypatch, tmp_path)
     return tree
+
+
+@pytest.fixture
+def hca64(hca64_tree, monkeypatch, tmp_path) -> Path:
+    _env(monkeypatch, tmp_path)
+    return hca64_tree
 
 
 def run_json(capsys, *argv: str) -> tuple[int, dict]:
@@ -77,3 +97,27 @@ def test_large_profile_port_down_is_critical(large, capsys):
         sim.clear_fault(large, "port_down@mlx5_12")
     assert (rc, doc["status"]) == (2, "critical")
     assert any(f["subject"].startswith("mlx5_12") and f["severity"] == "critical" for f in doc["findings"])
+
+
+def test_hca64_profile_shape(monkeypatch):
+    p = profile_hca64.PROFILE
+    assert p.compute_hcas == [f"mlx5_{i}" for i in range(64)]
+    assert len({h.bdf for h in p.hcas}) == 64 and len({h.node_guid for h in p.hcas}) == 64
+    registry: dict = {}
+    monkeypatch.setattr(profile_hca64, "PROFILES", registry)
+    assert profile_hca64.register() is p and profile_hca64.register() is p
+    assert registry == {profile_hca64.NAME: p}
+
+
+def test_hca64_profile_inspects_without_read_errors_and_checks_ok(hca64, capsys):
+    rc, doc = run_json(capsys, "inspect", "--host-root", str(hca64))
+    assert rc == 0
+    assert doc["read_errors"] == []
+    assert [g["index"] for g in doc["gpus"]] == list(range(16))
+    assert sorted(h["name"] for h in doc["hcas"] if h["role"] == "compute") == sorted(f"mlx5_{i}" for i in range(64))
+    for g in doc["gpus"]:  # four HCAs share each GPU's PCIe switch
+        assert sum(1 for h in range(64) if g["nic_paths"][f"mlx5_{h}"] == "PIX") == 4
+    assert all(p["ok"] for p in doc["probes"])
+    rc, doc = run_json(capsys, "check", "--host-root", str(hca64))
+    assert (rc, doc["status"]) == (0, "ok")
+    assert not [f for f in doc["findings"] if f["severity"] != "ok"]

@@ -16,6 +16,7 @@ Like ``profile_large``, it is not in ``agentd.sim.PROFILES`` unless something ca
 
 from __future__ import annotations
 
+from agentd.sim.profile_large import ndr_compute_hca
 from agentd.sim.profiles import (
     PROFILES,
     BootNic,
@@ -63,22 +64,7 @@ def hca64_16gpu() -> Profile:
             i = g * HCAS_PER_GPU + k
             name, bdf = f"mlx5_{i}", f"0000:{hb + 3 + k:02x}:00.0"
             nics.append(Endpoint(bdf, "connectx-7", "hca", name))
-            hcas.append(
-                HcaSpec(
-                    name=name,
-                    bdf=bdf,
-                    netdev=f"ib{i}",
-                    link_layer="InfiniBand",
-                    rate="400 Gb/sec (4X NDR)",
-                    compute=True,
-                    hca_type="MT4129",
-                    fw_ver="28.41.1000",
-                    board_id="MT_0000000838",
-                    node_guid=f"a088:c203:02{i:02x}:{0x7f10 + 0x11 * i:04x}",
-                    mtu=4092,
-                    lid=0x200 + i,
-                )
-            )
+            hcas.append(ndr_compute_hca(name, bdf, f"ib{i}", node_guid=f"a088:c203:02{i:02x}:{0x7f10 + 0x11 * i:04x}", lid=0x200 + i))
         gpu = Endpoint(f"0000:{hb + 3 + HCAS_PER_GPU:02x}:00.0", "h100-sxm", "gpu")
         hbs.append(_group(hb, numa, nics, gpu))
     return Profile(

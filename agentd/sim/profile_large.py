@@ -46,6 +46,14 @@ def _cpulists() -> tuple[str, ...]:
     return tuple(f"{s * n}-{s * n + n - 1},{total + s * n}-{total + s * n + n - 1}" for s in range(SOCKETS))
 
 
+def ndr_compute_hca(name: str, bdf: str, netdev: str, *, node_guid: str, lid: int) -> HcaSpec:
+    """A ConnectX-7 NDR InfiniBand compute HCA as the benchmark profiles use it."""
+    return HcaSpec(
+        name=name, bdf=bdf, netdev=netdev, link_layer="InfiniBand", rate="400 Gb/sec (4X NDR)", compute=True,
+        hca_type="MT4129", fw_ver="28.41.1000", board_id="MT_0000000838", node_guid=node_guid, mtu=4092, lid=lid,
+    )
+
+
 def large_16gpu_18nic() -> Profile:
     nvsw = Switch(
         usp="0000:01:00.0",
@@ -59,22 +67,7 @@ def large_16gpu_18nic() -> Profile:
         nic_bdf, gpu_bdf = f"0000:{hb + 3:02x}:00.0", f"0000:{hb + 4:02x}:00.0"
         name = f"mlx5_{i}"
         hbs.append(_switch_pair(hb, numa, Endpoint(nic_bdf, "connectx-7", "hca", name), Endpoint(gpu_bdf, "h100-sxm", "gpu")))
-        hcas.append(
-            HcaSpec(
-                name=name,
-                bdf=nic_bdf,
-                netdev=f"ib{i}",
-                link_layer="InfiniBand",
-                rate="400 Gb/sec (4X NDR)",
-                compute=True,
-                hca_type="MT4129",
-                fw_ver="28.41.1000",
-                board_id="MT_0000000838",
-                node_guid=f"a088:c203:01{0x42 + i:02x}:{0x6f10 + 0x11 * i:04x}",
-                mtu=4092,
-                lid=0x100 + i,
-            )
-        )
+        hcas.append(ndr_compute_hca(name, nic_bdf, f"ib{i}", node_guid=f"a088:c203:01{0x42 + i:02x}:{0x6f10 + 0x11 * i:04x}", lid=0x100 + i))
     for k, (hb, numa) in enumerate(STORAGE_BUSES):
         bridge, hca = storage_nic(f"mlx5_{GPUS + k}", hb, numa, node_guid=f"b83f:d203:012a:{0x2a1c + k:04x}", ipv4=f"10.201.{k}.11")
         hbs.append(bridge)
