@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.system import parse_cpuinfo, parse_proc_modules, read_system, virtualization_from_dmi
+from tests.support.fixtures import context_over
 
 # First block of /proc/cpuinfo on a Sapphire Rapids host (DGX H100: Xeon Platinum 8480C).
 INTEL_SPR = """processor\t: 0
@@ -60,14 +59,6 @@ ib_core 434176 9 nvidia_peermem,mlx5_ib, Live 0x0000000000000000 (OE)
 """
 
 
-def tree(root: Path, files: dict[str, str]) -> ReadContext:
-    for rel, content in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content)
-    return ReadContext(HostRoot.at(root), "system")
-
-
 def test_parse_cpuinfo_first_block_only():
     cpu = parse_cpuinfo(INTEL_SPR)
     assert (cpu["vendor_id"], cpu["cpu family"], cpu["model"]) == ("GenuineIntel", "6", "143")
@@ -75,7 +66,7 @@ def test_parse_cpuinfo_first_block_only():
 
 
 def test_bare_metal_intel_two_numa_nodes(tmp_path):
-    ctx = tree(
+    ctx = context_over(
         tmp_path,
         {
             "proc/sys/kernel/hostname": "dgx-h100-017\n",
@@ -104,7 +95,7 @@ def test_bare_metal_intel_two_numa_nodes(tmp_path):
 
 def test_numa_nodes_sorted_numerically(tmp_path):
     files = {f"sys/devices/system/node/node{n}/cpulist": f"{n}\n" for n in (0, 2, 10, 1)}
-    info = read_system(tree(tmp_path, files))
+    info = read_system(context_over(tmp_path, files))
     assert [n.node for n in info.numa_nodes] == [0, 1, 2, 10]
     assert info.numa_nodes[3].cpumap is None
 
@@ -122,28 +113,28 @@ def test_numa_nodes_sorted_numerically(tmp_path):
     ],
 )
 def test_virtualization_from_dmi_when_hypervisor_flag(tmp_path, vendor, expected):
-    info = read_system(tree(tmp_path, {"proc/cpuinfo": AMD_KVM, "sys/class/dmi/id/sys_vendor": vendor}))
+    info = read_system(context_over(tmp_path, {"proc/cpuinfo": AMD_KVM, "sys/class/dmi/id/sys_vendor": vendor}))
     assert info.virtualization == expected
     assert (info.cpu_vendor, info.cpu_family, info.cpu_model) == ("AuthenticAMD", 25, 17)
 
 
 def test_xen_hypervisor_type_wins(tmp_path):
-    info = read_system(tree(tmp_path, {"proc/cpuinfo": AMD_KVM, "sys/hypervisor/type": "xen\n", "sys/class/dmi/id/sys_vendor": "Xen\n"}))
+    info = read_system(context_over(tmp_path, {"proc/cpuinfo": AMD_KVM, "sys/hypervisor/type": "xen\n", "sys/class/dmi/id/sys_vendor": "Xen\n"}))
     assert info.virtualization == "xen"
 
 
 def test_hypervisor_flag_without_dmi_is_unknown_not_bare_metal(tmp_path):
-    assert read_system(tree(tmp_path, {"proc/cpuinfo": AMD_KVM})).virtualization == "unknown"
+    assert read_system(context_over(tmp_path, {"proc/cpuinfo": AMD_KVM})).virtualization == "unknown"
 
 
 def test_dmi_without_hypervisor_flag_is_bare_metal(tmp_path):
     # EC2 *.metal instances report "Amazon EC2" in DMI too.
-    info = read_system(tree(tmp_path, {"proc/cpuinfo": INTEL_SPR, "sys/class/dmi/id/sys_vendor": "Amazon EC2\n"}))
+    info = read_system(context_over(tmp_path, {"proc/cpuinfo": INTEL_SPR, "sys/class/dmi/id/sys_vendor": "Amazon EC2\n"}))
     assert info.virtualization is None
 
 
 def test_arm64_leaves_vendor_family_model_none(tmp_path):
-    info = read_system(tree(tmp_path, {"proc/cpuinfo": ARM64_GRACE, "proc/sys/kernel/arch": "aarch64\n"}))
+    info = read_system(context_over(tmp_path, {"proc/cpuinfo": ARM64_GRACE, "proc/sys/kernel/arch": "aarch64\n"}))
     assert info.arch == "aarch64"
     assert (info.cpu_vendor, info.cpu_family, info.cpu_model) == (None, None, None)
     assert info.virtualization is None
@@ -157,7 +148,7 @@ def test_non_live_root_without_arch_file_has_no_arch(tmp_path):
 
 
 def test_garbage_does_not_raise(tmp_path):
-    ctx = tree(tmp_path, {"proc/modules": "\n\n"})
+    ctx = context_over(tmp_path, {"proc/modules": "\n\n"})
     (tmp_path / "proc/cpuinfo").write_bytes(b"\xff\xfe vendor_id\t: GenuineIntel\ncpu family\t: six\n")
     info = read_system(ctx)
     assert info.cpu_family is None

@@ -3,13 +3,10 @@ told from real /proc/cpuinfo text (tests/fixtures/cpuinfo, see SOURCES.md)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.system import arch_from_cpuinfo, parse_cpuinfo, read_system
-from tests.support.fixtures import FIXTURES
+from tests.support.fixtures import FIXTURES, context_over
 
 CPUINFO = FIXTURES / "cpuinfo"
 INTEL_SPR = "archspec-linux-unknown-sapphirerapids"
@@ -18,14 +15,6 @@ ARM_NEOVERSE_V2 = "archspec-linux-rhel9-neoverse_v2"
 POWER8NVL = "archspec-linux-centos7-power8le"
 ARM32 = "procfs-arm7"
 S390X = "procfs-s390x"
-
-
-def offline_tree(root: Path, files: dict[str, str]) -> ReadContext:
-    for rel, content in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content)
-    return ReadContext(HostRoot.at(root), "system")
 
 
 @pytest.mark.parametrize(
@@ -40,7 +29,7 @@ def offline_tree(root: Path, files: dict[str, str]) -> ReadContext:
     ],
 )
 def test_arch_from_real_cpuinfo_without_kernel_arch_file(tmp_path, fixture, arch, vendor, family, model):
-    ctx = offline_tree(tmp_path, {"proc/cpuinfo": (CPUINFO / fixture).read_text()})
+    ctx = context_over(tmp_path, {"proc/cpuinfo": (CPUINFO / fixture).read_text()})
     assert not ctx.host.is_live
     info = read_system(ctx)
     assert info.arch == arch
@@ -49,12 +38,12 @@ def test_arch_from_real_cpuinfo_without_kernel_arch_file(tmp_path, fixture, arch
 
 
 def test_kernel_arch_file_wins_over_cpuinfo(tmp_path):
-    ctx = offline_tree(tmp_path, {"proc/cpuinfo": (CPUINFO / POWER8NVL).read_text(), "proc/sys/kernel/arch": "ppc64\n"})
+    ctx = context_over(tmp_path, {"proc/cpuinfo": (CPUINFO / POWER8NVL).read_text(), "proc/sys/kernel/arch": "ppc64\n"})
     assert read_system(ctx).arch == "ppc64"  # a big-endian POWER8 says so itself on Linux >= 6.1
 
 
 def test_no_cpuinfo_no_arch(tmp_path):
-    assert read_system(offline_tree(tmp_path, {"proc/sys/kernel/hostname": "n1\n"})).arch is None
+    assert read_system(context_over(tmp_path, {"proc/sys/kernel/hostname": "n1\n"})).arch is None
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+from agentd.host.fs import HostRoot, ReadContext
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SYSFS_TREES = FIXTURES / "sysfs"
 OUTPUTS = FIXTURES / "outputs"
@@ -46,3 +48,13 @@ def flattened_copy(tree: Path, dest: Path) -> Path:
         p.unlink()
         p.write_text(target)
     return dest
+
+
+def context_over(root: Path, files: dict[str, str], source: str = "system") -> ReadContext:
+    """A ReadContext over a host root made of ``files`` (root-relative path -> text),
+    written under ``root``."""
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(content)
+    return ReadContext(HostRoot.at(root), source)
