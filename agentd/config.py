@@ -108,6 +108,13 @@ class Thresholds(Section):
     short_rate_window_s: float = Field(60.0, gt=0, le=86400, description="Window for PFC pause-storm and CNP rates, so a storm clears within about this long after it stops.")
 
 
+class KernelSettings(Section):
+    enabled: bool = Field(True, description="Read the kernel log (/dev/kmsg on a live node, ROOT/dev/kmsg in a recording) for XIDs, GPUs off the bus, mlx5 firmware and PCIe AER events.")
+    window_s: float = Field(3600.0, gt=0, le=7 * 86400, description="Window for events that count only when repeated (corrected AER errors, mlx5 command timeouts): a finding needs its threshold of them within this long.")
+    hold_s: float = Field(86400.0, gt=0, le=30 * 86400, description="How long one event that is a node fault on its own (XID 79, an uncontained ECC error, a fatal AER error, mlx5 health compromised) keeps its finding. A reboot (new boot id) starts over.")
+    max_events: int = Field(2048, ge=16, le=100000, description="Recent events kept in memory (and in the restart cursor); the oldest go first.")
+
+
 class RoceSettings(Section):
     priority: int = Field(3, ge=0, le=7, description="The lossless priority RDMA traffic uses (PFC and ECN must be on for it).")
     require_pfc: bool = Field(True, description="Judge PFC when its configuration is readable.")
@@ -213,6 +220,7 @@ class AgentConfig(Section):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     roce: RoceSettings = Field(default_factory=RoceSettings)
+    kernel: KernelSettings = Field(default_factory=KernelSettings)
     paths: Paths = Field(default_factory=Paths)
     nccl: NcclSettings = Field(default_factory=NcclSettings)
     web: WebSettings = Field(default_factory=WebSettings)

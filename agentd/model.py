@@ -313,6 +313,45 @@ class Gpu(Record):
 
 
 # ---------------------------------------------------------------------------
+# The kernel log (agentd.host.kmsg): events the drivers print, not states sysfs shows
+
+
+class KernelEvent(Record):
+    """One kernel log record a driver catalogue recognised (agentd.host.kernel_catalog)."""
+
+    seq: int  # the record's sequence number in this boot's log
+    at: float  # unix time, estimated from the record's timestamp (or when it was first read)
+    kind: str  # xid | sxid | gpu_off_bus | nvrm | peermem | mlx5 | aer
+    code: str  # "79", "cmd_timeout", "fatal", ... ("other": a line of the driver no rule names)
+    device: str | None = None  # the PCI bus id it is about (dddd:bb:dd.f), when the line says
+    detail: str = ""  # the message, one line, truncated
+
+
+class KernelCount(Record):
+    """How many events of one kind, code and device were read since agentd started on this
+    boot (records a previous agentd already read are not counted again)."""
+
+    kind: str
+    code: str
+    device: str | None = None
+    count: int = 0
+
+
+class KernelLog(Record):
+    available: bool = False  # the log could be read (False: why in ``error``)
+    source: str | None = None  # "/dev/kmsg" (live) or the recorded file ("dev/kmsg")
+    error: str | None = None
+    # False: nobody could be asked (a root that is neither live nor holds a recorded log)
+    asked: bool = True
+    boot_id: str | None = None
+    last_seq: int | None = None  # the newest record read
+    records: int = 0  # records read since agentd started (on this boot)
+    lost: int = 0  # records the kernel overwrote before agentd read them
+    events: tuple[KernelEvent, ...] = ()  # recent events, oldest first (bounded)
+    counts: tuple[KernelCount, ...] = ()
+
+
+# ---------------------------------------------------------------------------
 # The snapshot
 
 
@@ -328,6 +367,7 @@ class NodeSnapshot(Record):
     netdevs: tuple[Netdev, ...] = ()
     gdr: GdrInfo = GdrInfo()
     nvml: NvmlInfo = NvmlInfo()
+    kernel: KernelLog = KernelLog(asked=False)
     probes: tuple[ProbeStatus, ...] = ()
     read_errors: tuple[ReadError, ...] = ()
 

@@ -28,6 +28,7 @@ from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
 from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, system
+from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.fs import HostRoot, ReadContext, replay
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
@@ -35,6 +36,7 @@ from agentd.model import (
     GdrInfo,
     Gpu,
     Hca,
+    KernelLog,
     Netdev,
     NodeSnapshot,
     NvmlInfo,
@@ -86,6 +88,9 @@ class ProbeSpec:
     # replaying its journal tells whether its output would change). NVML never: the
     # library answers (and a simulated hang must hang every time).
     journaled: Callable[[HostRoot], bool] = lambda host: True
+    # A probe over a stream rather than files (the kernel log): the collector keeps one
+    # ``KernelLogSource`` for it and ``fn`` is not used.
+    stream: bool = False
 
 
 def _files_unless_live(host: HostRoot) -> bool:
@@ -111,6 +116,7 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
     ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
     ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
+    ProbeSpec("kernel", "fast", lambda c, o: None, KernelLog(asked=False), journaled=lambda host: False, stream=True),
     ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False),
 )
 PROBE_BY_NAME = {p.name: p for p in PROBES}
@@ -218,6 +224,7 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         netdevs=netdevs,
         gdr=_data(outputs, "gdr"),
         nvml=nv,
+        kernel=_data(outputs, "kernel"),
         probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
         read_errors=tuple(errors.values()),
     )
@@ -266,6 +273,13 @@ class Collector:
     # The snapshot content of the last assembly, reused while every probe's data and read
     # errors are the same objects (shared by the private copies the daemon snapshots from).
     _assembled: IdentityMemo[NodeSnapshot] = field(default_factory=IdentityMemo)
+    # The kernel log's reader: a stream read once (agentd.host.kernel_log). Shared by the
+    # copies ``with_config`` and the daemon make, as the lanes are.
+    kernel_source: KernelLogSource | None = None
+
+    def __post_init__(self) -> None:
+        if self.kernel_source is None:
+            self.kernel_source = KernelLogSource(self.host)
 
     def _timeout(self, spec: ProbeSpec) -> float:
         return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
@@ -283,11 +297,17 @@ class Collector:
                 return _Run(prev.data, prev.errors, files, time.perf_counter() - t0, time.time(), prev.journal, inputs, prev.full_at, reused=True)
         ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None)
         try:
-            data = spec.fn(ctx, deps)
+            data = self._stream(ctx) if spec.stream else spec.fn(ctx, deps)
         finally:
             ctx.close()
         journal = tuple(ctx.journal) if ctx.journal is not None else None
         return _Run(data, tuple(ctx.errors), ctx.files_read, time.perf_counter() - t0, time.time(), journal, inputs, mono)
+
+    def _stream(self, ctx: ReadContext) -> KernelLog:
+        k = self.config.kernel
+        if not k.enabled:
+            return KernelLog(asked=False, error="kernel.enabled = false")
+        return read_kernel_log(ctx, self.kernel_source, keep_s=max(k.window_s, k.hold_s), max_events=k.max_events)
 
     def _lane(self, name: str) -> Lane:
         lane = self._lanes.get(name)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import errno
 import os
 from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 KMSG_MAX_BYTES = 1 << 20  # the tail kept (the ring buffer is usually 256 KiB - 16 MiB)
 KMSG_MAX_RECORDS = 1 << 16
@@ -45,3 +48,69 @@ def read_kmsg_tail(path: str = "/dev/kmsg", max_bytes: int = KMSG_MAX_BYTES, max
     finally:
         os.close(fd)
     return b"".join(records), None
+
+
+# ---------------------------------------------------------------------------
+# records (Documentation/ABI/testing/dev-kmsg)
+#
+# One record: "PRIO,SEQ,TIMESTAMP_USEC,FLAGS[,...];MESSAGE\n" and then continuation
+# lines " KEY=VALUE\n" (SUBSYSTEM=pci, DEVICE=+pci:0000:5a:00.0). PRIO is facility << 3 |
+# level. The kernel escapes bytes below 0x20 and above 0x7e in MESSAGE as \xNN, so a
+# record is one line of ASCII; a file of records (a capture, the simulator) is those
+# lines one after another.
+
+MAX_MESSAGE_CHARS = 4096  # the kernel's own limit is about 1 KiB per record
+
+
+@dataclass(frozen=True)
+class KmsgRecord:
+    level: int  # syslog level: 0 emerg .. 7 debug
+    facility: int  # 0 kernel
+    seq: int
+    usec: int  # microseconds since boot (the kernel's local clock)
+    message: str
+    fields: Mapping[str, str]  # the continuation lines, KEY -> VALUE
+
+
+def parse_record(record: bytes) -> KmsgRecord | None:
+    """One record as one read(2) of /dev/kmsg returns it; None when it is not one."""
+    head, sep, rest = record.partition(b";")
+    if not sep:
+        return None
+    parts = head.split(b",")
+    if len(parts) < 3:
+        return None
+    try:
+        prio, seq, usec = int(parts[0]), int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+    if prio < 0 or seq < 0 or usec < 0:
+        return None
+    lines = rest.split(b"\n")
+    message = lines[0][:MAX_MESSAGE_CHARS].decode("utf-8", "replace").rstrip("\r")
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        if line.startswith(b" ") and b"=" in line and len(fields) < 16:
+            k, _, v = line[1:].partition(b"=")
+            fields[k.decode("utf-8", "replace")] = v[:256].decode("utf-8", "replace")
+    return KmsgRecord(prio & 7, prio >> 3, seq, usec, message, MappingProxyType(fields))
+
+
+def iter_records(data: bytes) -> Iterator[KmsgRecord]:
+    """The records of a file in /dev/kmsg's format: a line that does not start with a
+    space starts a record, the lines after it that do are its continuation lines. Lines
+    that are not records are skipped."""
+    current: list[bytes] = []
+    for line in data.split(b"\n"):
+        if line.startswith(b" ") and current:
+            current.append(line)
+            continue
+        if current:
+            rec = parse_record(b"\n".join(current))
+            if rec is not None:
+                yield rec
+        current = [line] if line else []
+    if current:
+        rec = parse_record(b"\n".join(current))
+        if rec is not None:
+            yield rec
