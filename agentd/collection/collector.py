@@ -28,8 +28,8 @@ from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
 from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, system
-from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.fs import HostRoot, ReadContext, replay
+from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
 from agentd.model import (
