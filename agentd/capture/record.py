@@ -34,6 +34,7 @@ from agentd.host.system import uname
 from agentd.model import NodeSnapshot
 
 # Read explicitly besides what the collection reads: what says which node and kernel this is.
+UPTIME = "proc/uptime"  # dates the kernel log records (seconds since boot)
 IDENTITY_FILES = (BOOT_ID, "etc/machine-id", "proc/sys/kernel/hostname", "proc/sys/kernel/osrelease", "proc/sys/kernel/arch")
 
 
@@ -76,6 +77,10 @@ def _answers(tree: RecordedTree, host: HostRoot, config: AgentConfig, snap: Node
         if kmsg is not None:
             tree.put(recorded.KMSG, kmsg)
             written.append(recorded.KMSG)
+            try:  # the records' timestamps are seconds since boot: the uptime dates them
+                tree.put(UPTIME, read_regular(Path("/", UPTIME), 4096))
+            except OSError:
+                pass
         else:
             problems.append(f"kernel log not recorded: {why}")
         try:
@@ -98,6 +103,8 @@ def _answers(tree: RecordedTree, host: HostRoot, config: AgentConfig, snap: Node
             try:
                 tree.put(recorded.KMSG, read_regular(kmsg_path, KMSG_MAX_BYTES))
                 written.append(recorded.KMSG)
+                if (host.root / UPTIME).is_file():
+                    tree.put(UPTIME, read_regular(host.root / UPTIME, 4096))
             except OSError:
                 pass
     return written
