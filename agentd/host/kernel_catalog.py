@@ -190,7 +190,8 @@ class Extractor:
         detail = _detail(text)
         m = _XID_RE.search(text)
         if m is not None:
-            device = _bdf(m.group(1)) or _field_device(fields)
+            # "PCI:0000:01:00", "0000:03:00", "PCI:0000:01:00 GPU-I:05" (a MIG instance)
+            device = _bdf((m.group(1).split() or [""])[0]) or _field_device(fields)
             self._remember_gpu(device)
             code = str(int(m.group(2)))
             if code == "79":
@@ -206,9 +207,9 @@ class Extractor:
             device = _bdf(pci.group(1)) if pci else None
         if _OFF_BUS_RE.search(text):
             device = device or self._gpu or _field_device(fields)
+            self._remember_gpu(device)
             if device is not None and device == self._xid79:
                 return None  # the Xid 79 already reported it
-            self._remember_gpu(device)
             return Extracted("gpu_off_bus", "off_bus", device, detail)
         if named is not None:
             self._remember_gpu(device)
