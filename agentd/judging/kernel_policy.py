@@ -1,0 +1,324 @@
+"""How much a kernel event matters: the severity catalogue, as data.
+
+Keyed by agentd.host.kernel_catalog's (kind, code). A rule says when a finding fires:
+"once" (one event is enough), "repeated" (``threshold`` events within the check's window),
+"count" (never a finding; the event is only counted in the metrics).
+
+XID (``XID_CATALOGUE``): NVIDIA's XID catalogue for Ampere and newer GPUs,
+https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (sheet "Catalog":
+code, mnemonic, description, immediate and investigatory resolution buckets), as
+machine-read by leptonai/gpud (components/accelerator/nvidia/xid/catalog_generated.go at
+4a8de33a3f02, Apache-2.0; generated 2025-10-29); codes the catalogue marks "Unused" are left
+out. Severity follows NVIDIA's immediate resolution bucket:
+
+- RESET_GPU, RESTART_BM, RESTART_VM, WORKFLOW_XID_48 (DBE): the node must act ->
+  critical, once (46, 48, 62, 64, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158).
+- RESTART_APP, IGNORE, CHECK_APP, CHECK_UVM, UPDATE_SWFW, WORKFLOW_XID_45 and XID_154
+  (informational about another Xid): the application failed, the node did not -> count
+  (13, 31, 43, 45, 68, ...); these must never degrade the node.
+- CHECK_MECHANICALS (54, auxiliary power), CONTACT_SUPPORT -> warning, once.
+- WORKFLOW_NVLINK_ERR (74, Hopper NVLink): NVIDIA's workflow decodes the register bits; most
+  say "hardware, check the link" -> critical, once (the finding's remediation names the workflow).
+- WORKFLOW_NVLINK5_ERR (144-150, Blackwell NVLink): the same Xid is printed "Fatal" or
+  "Nonfatal" per unit and NVIDIA resolves most non-fatal ones with IGNORE; the code alone
+  cannot tell them apart -> warning, repeated (3).
+Deliberate departures, where the bucket alone would mislead an operator:
+- 63 (row remap event, IGNORE): warning once: the remap takes effect only after a GPU reset
+  (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt), which someone has to schedule.
+- 92 (high single-bit ECC rate, IGNORE/CONTACT_SUPPORT): warning once.
+- 94 (contained ECC error, RESTART_APP): warning once: the application was killed and the
+  affected row is remapped at the next reset; the node keeps serving.
+- 162-172 have no bucket in the catalogue yet: 164/165 (power smoothing lifetime low /
+  exhausted) and 168 (reduced memory capacity) warning once; 167 (PCIe fatal timeout) and
+  169 (SEC2 halt, like 62) critical once; the rest (informational, or details of an Xid 48)
+  count.
+- Unknown XIDs (newer than this table): warning, repeated (3): a driver newer than the
+  catalogue reports them, so they are worth a look but not a drain on one event.
+
+SXID (NVSwitch): the SXids leptonai/gpud lists from NVIDIA's Fabric Manager user guide
+(docs.nvidia.com/datacenter/tesla/pdf/fabric-manager-user-guide.pdf, "NVSwitch errors";
+gpud components/accelerator/nvidia/sxid/sxid.go): "always fatal" critical once,
+"potentially fatal" warning once, listed non-fatal ones (single-bit ECC, ...) count,
+unknown ones warning repeated (3). The driver's own "Fatal"/"Non-fatal" word is in the
+event's detail for the reader.
+
+mlx5 (ConnectX firmware/driver, following NVIDIA NVSentinel's NIC syslog detection design,
+docs.nvidia.com/nvsentinel/components/nic-health-monitor/syslog-detection-and-correlation):
+health compromised / unrecoverable / fatal error critical once; firmware command timeouts
+warning repeated (3); slot power, module temperature, cable errors warning once; the rest count.
+
+PCIe AER: fatal critical once; non-fatal warning repeated (3); corrected warning repeated
+(100 in the window): corrected errors are routine on a healthy link, a storm is not.
+
+gpu_off_bus critical once; peermem invalid context warning repeated (3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+Severity = Literal["ok", "warning", "critical"]
+Rule = Literal["once", "repeated", "count"]
+
+
+@dataclass(frozen=True)
+class EventPolicy:
+    severity: Severity  # what a finding says when the rule fires
+    rule: Rule  # once | repeated (threshold events within the window) | count (never a finding)
+    threshold: int = 1
+    title: str = ""
+    remediation: str = ""
+
+
+# code: (mnemonic, description, immediate resolution, investigatory resolution)
+XID_CATALOGUE: Mapping[int, tuple[str, str, str, str]] = {
+    8: ("ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", "RESTART_APP", "CONTACT_SUPPORT"),
+    11: ("ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "Invalid or corrupted push buffer stream", "RESTART_APP", "CHECK_APP/CUDA"),
+    13: ("ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY", "Graphics Engine Exception", "RESTART_APP", "WORKFLOW_XID_13"),
+    25: ("ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", "Invalid or illegal push buffer stream", "RESTART_APP", "CHECK_APP/CUDA"),
+    31: ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault", "RESTART_APP", "WORKFLOW_XID_31"),
+    32: ("ROBUST_CHANNEL_PBDMA_ERROR", "Invalid or corrupted push buffer stream", "RESTART_APP", "CHECK_APP/CUDA"),
+    37: ("ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD", "Driver firmware error", "IGNORE", "CHECK_APP/CUDA"),
+    38: ("ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", "Driver firmware error", "IGNORE", "CONTACT_SUPPORT"),
+    39: ("ROBUST_CHANNEL_CE0_ERROR", "Copy Engine Exception", "RESTART_APP", "CONTACT_SUPPORT"),
+    40: ("ROBUST_CHANNEL_CE1_ERROR", "Copy Engine Exception", "RESTART_APP", "CONTACT_SUPPORT"),
+    41: ("ROBUST_CHANNEL_CE2_ERROR", "Copy Engine Exception", "RESTART_APP", "CONTACT_SUPPORT"),
+    43: ("ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "GPU stopped processing", "IGNORE", "CONTACT_SUPPORT"),
+    44: ("ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", "Graphics Engine fault during context switch", "IGNORE", "CONTACT_SUPPORT"),
+    45: (
+        "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+        "Preemptive cleanup, due to previous errors -- Most likely to see when running multiple cuda applications and hitting a DBE",
+        "WORKFLOW_XID_45",
+        "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)",
+    ),
+    46: ("ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "GPU stopped processing", "RESET_GPU", "CONTACT_SUPPORT"),
+    48: ("ROBUST_CHANNEL_GPU_ECC_DBE", "Double Bit ECC Error", "WORKFLOW_XID_48", "WORKFLOW_XID_48"),
+    54: ("SILENT_RUNNING_PWR_REDUCED_CLOCKING", "Auxiliary power is not connected to the GPU board", "CHECK_MECHANICALS", "CONTACT_SUPPORT"),
+    60: ("ROBUST_CHANNEL_SEC2_ERROR", "Video processor exception", "RESTART_APP", "INVESTIGATE_SW"),
+    62: ("PMU_HALT_ERROR", "Internal micro-controller halt (newer drivers)", "RESET_GPU", "CONTACT_SUPPORT"),
+    63: ("INFOROM_DRAM_RETIREMENT_EVENT", "GPU memory remapping event", "IGNORE", "IGNORE"),
+    64: ("INFOROM_DRAM_RETIREMENT_FAILURE", "GPU memory remapping failure", "RESET_GPU", "CONTACT_SUPPORT"),
+    66: ("ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION", "Illegal access by driver", "IGNORE", "INVESTIGATE_SW"),
+    67: ("ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION", "Illegal access by driver", "IGNORE", "CONTACT_SUPPORT"),
+    68: ("ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 Exception", "RESTART_APP", "CONTACT_SUPPORT"),
+    69: ("ROBUST_CHANNEL_GR_CLASS_ERROR", "Graphics Engine class error", "RESTART_APP", "CHECK_APP/CUDA"),
+    70: ("ROBUST_CHANNEL_CE3_ERROR", "CE3: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    71: ("ROBUST_CHANNEL_CE4_ERROR", "CE4: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    72: ("ROBUST_CHANNEL_CE5_ERROR", "CE5: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    74: ("NVLINK_ERROR", "NVLINK Error", "WORKFLOW_NVLINK_ERR", "CONTACT_SUPPORT"),
+    75: ("ROBUST_CHANNEL_CE6_ERROR", "CE6: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    76: ("ROBUST_CHANNEL_CE7_ERROR", "CE7: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    77: ("ROBUST_CHANNEL_CE8_ERROR", "CE8: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    78: ("VGPU_START_ERROR", "vGPU Start Error", "UPDATE_SWFW", "UPDATE_SWFW"),
+    79: ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", "RESTART_BM", "CONTACT_SUPPORT"),
+    80: ("PBDMA_PUSHBUFFER_CRC_MISMATCH", "Corrupted data sent to GPU", "RESTART_APP", "CHECK_APP/CUDA"),
+    82: ("ROBUST_CHANNEL_NVJPG0_ERROR", "NVJPG0 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    83: ("ROBUST_CHANNEL_NVDEC1_ERROR", "NVDEC1 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    84: ("ROBUST_CHANNEL_NVDEC2_ERROR", "NVDEC2 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    85: ("ROBUST_CHANNEL_CE9_ERROR", "CE9: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    86: ("ROBUST_CHANNEL_OFA0_ERROR", "OFA Exception", "RESTART_APP", "CONTACT_SUPPORT"),
+    88: ("ROBUST_CHANNEL_NVDEC3_ERROR", "NVDEC3 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    89: ("ROBUST_CHANNEL_NVDEC4_ERROR", "NVDEC4 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    92: ("EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", "IGNORE", "CONTACT_SUPPORT"),
+    93: ("INFOROM_ERASE_LIMIT_EXCEEDED", "Non-fatal violation of provisioned InfoROM wear limit", "IGNORE", "CONTACT_SUPPORT"),
+    94: ("ROBUST_CHANNEL_CONTAINED_ERROR", "Contained memory error", "RESTART_APP", "IGNORE (sympathetic)"),
+    95: ("ROBUST_CHANNEL_UNCONTAINED_ERROR", "Uncontained memory error", "RESET_GPU", "IGNORE (sympathetic)"),
+    96: ("ROBUST_CHANNEL_NVDEC5_ERROR", "NVDEC5 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    97: ("ROBUST_CHANNEL_NVDEC6_ERROR", "NVDEC6 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    98: ("ROBUST_CHANNEL_NVDEC7_ERROR", "NVDEC7 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    99: ("ROBUST_CHANNEL_NVJPG1_ERROR", "NVJPG1 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    100: ("ROBUST_CHANNEL_NVJPG2_ERROR", "NVJPG2 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    101: ("ROBUST_CHANNEL_NVJPG3_ERROR", "NVJPG3 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    102: ("ROBUST_CHANNEL_NVJPG4_ERROR", "NVJPG4 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    103: ("ROBUST_CHANNEL_NVJPG5_ERROR", "NVJPG5 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    104: ("ROBUST_CHANNEL_NVJPG6_ERROR", "NVJPG6 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    105: ("ROBUST_CHANNEL_NVJPG7_ERROR", "NVJPG7 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    106: ("SMBPBI_TEST_MESSAGE", "SMBPBI Test Message", "IGNORE", "IGNORE"),
+    107: ("SMBPBI_TEST_MESSAGE_SILENT", "SMBPBI Test Message Silent", "IGNORE", "IGNORE"),
+    109: ("ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "Context Switch Timeout Error", "RESET_GPU", "CONTACT_SUPPORT"),
+    110: ("SEC_FAULT_ERROR", "Security Fault Error", "RESET_GPU", "INVESTIGATE_SW"),
+    119: ("GSP_RPC_TIMEOUT", "GSP RPC Timeout", "RESET_GPU", "INVESTIGATE_SW"),
+    120: ("GSP_ERROR", "GSP Error", "RESET_GPU", "INVESTIGATE_SW"),
+    121: ("C2C_ERROR", "C2C Error", "IGNORE", "CONTACT_SUPPORT"),
+    126: ("ROBUST_CHANNEL_CE10_ERROR", "CE10: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    127: ("ROBUST_CHANNEL_CE11_ERROR", "CE11: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    128: ("ROBUST_CHANNEL_CE12_ERROR", "CE12: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    129: ("ROBUST_CHANNEL_CE13_ERROR", "CE13: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    130: ("ROBUST_CHANNEL_CE14_ERROR", "CE14: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    131: ("ROBUST_CHANNEL_CE15_ERROR", "CE15: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    132: ("ROBUST_CHANNEL_CE16_ERROR", "CE16: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    133: ("ROBUST_CHANNEL_CE17_ERROR", "CE17: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    134: ("ROBUST_CHANNEL_CE18_ERROR", "CE18: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    135: ("ROBUST_CHANNEL_CE19_ERROR", "CE19: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    136: ("ALI_TRAINING_FAIL", "Link Training Failed", "RESET_GPU", "INVESTIGATE_LINK_SI"),
+    137: ("NVLINK_PRIV_ERR", "NVLink Privilege Error", "IGNORE", "XID_137_FLOW"),
+    139: ("ROBUST_CHANNEL_OFA1_ERROR", "OFA1 Error", "RESTART_APP", "CONTACT_SUPPORT"),
+    140: ("UNRECOVERABLE_ECC_ERROR_ESCAPE", "ECC Unrecovered Error", "RESET_GPU", "CONTACT_SUPPORT"),
+    141: ("ROBUST_CHANNEL_FAST_PATH_ERROR", "CUDA Fast Path Error", "IGNORE", "CONTACT_SUPPORT"),
+    142: ("ROBUST_CHANNEL_NVENC3_ERROR", "NVENC3 Error", "CONTACT_SUPPORT", ""),
+    143: ("GPU_INIT_ERROR", "GPU Initialization Error", "RESET_GPU", "CONTACT_SUPPORT"),
+    144: ("NVLINK_SAW_ERROR", "NVLINK: SAW Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    145: ("NVLINK_RLW_ERROR", "NVLINK: RLW Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    146: ("NVLINK_TLW_ERROR", "NVLINK: TLW Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    147: ("NVLINK_TREX_ERROR", "NVLINK: TREX Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    148: ("NVLINK_NVLPW_CTRL_ERROR", "NVLINK: NVLPW_CTRL Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    149: ("NVLINK_NETIR_ERROR", "NVLINK: NETIR Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    150: ("NVLINK_MSE_ERROR", "NVLINK: MSE Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    151: ("ROBUST_CHANNEL_KEY_ROTATION_ERROR", "Key rotation Error", "RESTART_VM", "CONTACT_SUPPORT"),
+    152: ("ROBUST_CHANNEL_DLA_SMMU_ERROR", "DLA SMMU Error", "IGNORE", "CONTACT_SUPPORT"),
+    153: ("ROBUST_CHANNEL_DLA_TIMEOUT", "DLA timeout Error", "IGNORE", "CONTACT_SUPPORT"),
+    154: ("GPU_RECOVERY_ACTION_CHANGED", "GPU Recovery Action Changed", "XID_154", "N/A Informational only regarding another Xid"),
+    155: ("NVLINK_SW_DEFINED_ERROR", "NVLINK: SW Defined Error", "RESET_GPU", "INVESTIGATE_SW_USER"),
+    156: ("RESOURCE_RETIREMENT_EVENT", "Resource Retirement Event", "RESET_GPU", "IGNORE"),
+    157: ("RESOURCE_RETIREMENT_FAILURE", "Resource Retirement Failure", "IGNORE", "CONTACT_SUPPORT"),
+    158: ("GPU_FATAL_TIMEOUT", "GPU Fatal Timeout", "RESET_GPU", "CONTACT_SUPPORT"),
+    159: ("ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "CHI Non-Data Error", "CHECK_UVM", "SYMPATHETIC_REPORT_SOLO"),
+    160: ("CHANNEL_RETIREMENT_EVENT", "Channel Retirement Event", "IGNORE", "INVESTIGATE_SW"),
+    161: ("CHANNEL_RETIREMENT_FAILURE", "Channel Retirement Failure", "IGNORE", "INVESTIGATE_SW"),
+    162: ("PSHC_REENGAGED", "Power Smoothing HW Circuitry capability reengaged", "", ""),
+    163: ("PSHC_DISENGAGED", "Power Smoothing HW Circuitry capability disengaged", "", ""),
+    164: ("PSHC_LOW_LIFETIME", "Power Smoothing HW Circuitry low lifetime reached", "", ""),
+    165: ("PSHC_ZERO_LIFETIME", "Power Smoothing HW Circuitry lifetime exhausted", "", ""),
+    166: ("NVLINK_SECURE_CRYPTO_ERR", "CC traffic seen prior to link properly being configured for encrypted traffic", "", ""),
+    167: ("PCIE_FATAL_TIMEOUT", "PCIE_FATAL_TIMEOUT", "", ""),
+    168: ("REDUCED_GPU_MEMORY_CAPACITY", "Errors found in WPR (write protected region)", "", ""),
+    169: ("SEC2_HALT_ERROR", "Internal micro-controller halt", "", ""),
+    170: ("NVLINK_SECURE_OTHER", "Interrupt seen in CC mode", "", ""),
+    171: ("UNCORRECTABLE_DRAM_ERROR", "Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM", "", ""),
+    172: ("UNCORRECTABLE_SRAM_ERROR", "Additional to Xid 48 providing more details on particulars of fault to differentiate DRAM/SRAM", "", ""),
+}
+
+_REMEDIATION_BY_BUCKET: Mapping[str, str] = {
+    "RESET_GPU": "Drain the GPU's jobs and reset the GPU (nvidia-smi -r, or reboot); contact NVIDIA support if it recurs",
+    "RESTART_BM": "Drain the node and power-cycle it; if the GPU stays missing, reseat or replace it",
+    "RESTART_VM": "Drain the node and restart the VM",
+    "WORKFLOW_XID_48": "Drain the GPU's jobs and reset the GPU to retire the failed memory; replace it if DBEs recur",
+    "WORKFLOW_NVLINK_ERR": "Check the NVLink (nvidia-smi nvlink -s / -e) and follow NVIDIA's WORKFLOW_NVLINK_ERR; reset the GPU",
+    "WORKFLOW_NVLINK5_ERR": "Check the NVLink ports (nvidia-smi nvlink -s) and follow NVIDIA's WORKFLOW_NVLINK5_ERR",
+    "CHECK_MECHANICALS": "Check the GPU's auxiliary power cables and seating",
+    "CONTACT_SUPPORT": "Collect nvidia-bug-report.sh and contact NVIDIA support",
+}
+_APP_REMEDIATION = "Application-level GPU error: restart the application; the node needs no action"
+
+_CRITICAL_BUCKETS = frozenset({"RESET_GPU", "RESTART_BM", "RESTART_VM", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR"})
+_WARNING_ONCE_BUCKETS = frozenset({"CHECK_MECHANICALS", "CONTACT_SUPPORT"})
+
+_XID_OVERRIDES: Mapping[int, tuple[Severity, Rule, int, str]] = {
+    63: ("warning", "once", 1, "Reset the GPU when convenient to activate the remapped memory row"),
+    92: ("warning", "once", 1, "Watch the GPU's ECC counters (nvidia-smi -q -d ECC); contact support if the rate stays high"),
+    94: ("warning", "once", 1, "Contained memory error: the affected application was stopped; reset the GPU when convenient to remap the row"),
+    164: ("warning", "once", 1, "Power smoothing circuitry nears end of life: plan a GPU replacement"),
+    165: ("warning", "once", 1, "Power smoothing circuitry exhausted: plan a GPU replacement"),
+    167: ("critical", "once", 1, _REMEDIATION_BY_BUCKET["RESET_GPU"]),
+    168: ("warning", "once", 1, "GPU memory capacity reduced: reset the GPU; contact support if it persists"),
+    169: ("critical", "once", 1, _REMEDIATION_BY_BUCKET["RESET_GPU"]),
+}
+
+UNKNOWN_XID = EventPolicy("warning", "repeated", 3, "Xid not in NVIDIA's catalogue", "Look the Xid up in the current NVIDIA Xid catalogue for the installed driver")
+
+
+def xid_policy(xid: int) -> EventPolicy:
+    entry = XID_CATALOGUE.get(xid)
+    if entry is None:
+        return UNKNOWN_XID
+    mnemonic, description, bucket, _investigatory = entry
+    title = f"Xid {xid}: {description}"
+    override = _XID_OVERRIDES.get(xid)
+    if override is not None:
+        severity, rule, threshold, remediation = override
+        return EventPolicy(severity, rule, threshold, title, remediation)
+    if bucket in _CRITICAL_BUCKETS:
+        return EventPolicy("critical", "once", 1, title, _REMEDIATION_BY_BUCKET[bucket])
+    if bucket == "WORKFLOW_NVLINK5_ERR":
+        return EventPolicy("warning", "repeated", 3, title, _REMEDIATION_BY_BUCKET[bucket])
+    if bucket in _WARNING_ONCE_BUCKETS:
+        return EventPolicy("warning", "once", 1, title, _REMEDIATION_BY_BUCKET[bucket])
+    return EventPolicy("ok", "count", 1, title, _APP_REMEDIATION)
+
+
+# SXid -> (always fatal, potentially fatal, name): from gpud's catalogue of the Fabric
+# Manager guide's table (see the module docstring).
+SXID_CATALOGUE: Mapping[int, tuple[bool, bool, str]] = {
+    10002: (False, True, "Host_priv_timeout"),
+    10003: (True, True, "Host_unhandled_interrupt"),
+    10004: (False, True, "Host_thermal_event_start"),
+    10005: (False, True, "Host_thermal_event_end"),
+    11001: (False, True, "ingress invalid command"),
+    11004: (False, False, "Ingress invalid ACL"),
+    11012: (False, False, "Single bit ECC errors"),
+    11021: (False, False, "Single bit ECC errors"),
+    11022: (False, False, "Single bit ECC errors"),
+    11023: (False, False, "Single bit ECC errors"),
+    12021: (False, False, "Single bit ECC errors"),
+    12023: (False, False, "Single bit ECC errors"),
+    12028: (False, False, "egress nonposted PRIV error"),
+    15008: (False, False, "Single bit ECC errors"),
+    15011: (False, False, "Single bit ECC errors"),
+    19049: (False, False, "Single bit ECC errors"),
+    19055: (False, False, "Single bit ECC errors"),
+    19057: (False, False, "Single bit ECC errors"),
+    19059: (False, False, "Single bit ECC errors"),
+    19062: (False, False, "Single bit ECC errors"),
+    19065: (False, False, "Single bit ECC errors"),
+    19068: (False, False, "Single bit ECC errors"),
+    19071: (False, False, "Single bit ECC errors"),
+    19084: (False, False, "AN1 Heartbeat Timeout Error"),
+    20001: (False, False, "TX Replay Error"),
+    20009: (False, False, "RX Short Error Rate"),
+    20012: (False, False, "Broken/inconsistent connection"),
+    22013: (False, False, "Minion Link DLREQ interrupt"),
+    24001: (False, False, "Single bit ECC errors"),
+    24002: (False, False, "Single bit ECC errors"),
+    24003: (False, False, "Single bit ECC errors"),
+    24004: (False, True, "sourcetrack TCEN0 crumbstore DBE"),
+}
+_SXID_REMEDIATION = "Check the NVSwitch fabric (nvidia-smi nvlink -s, Fabric Manager log); follow the Fabric Manager guide for this SXid"
+
+
+def sxid_policy(code: str) -> EventPolicy:
+    entry = SXID_CATALOGUE.get(int(code)) if code.isdigit() else None
+    if entry is None:
+        return EventPolicy("warning", "repeated", 3, f"NVSwitch SXid {code}", _SXID_REMEDIATION)
+    always, potential, name = entry
+    title = f"NVSwitch SXid {code}: {name}"
+    if always:
+        return EventPolicy("critical", "once", 1, title, _SXID_REMEDIATION)
+    if potential:
+        return EventPolicy("warning", "once", 1, title, _SXID_REMEDIATION)
+    return EventPolicy("ok", "count", 1, title, "")
+
+
+_COUNT = EventPolicy("ok", "count", 1)
+_NIC_FW = "Collect mlxfwdump/sysinfo-snapshot, reset the HCA (mlxfwreset) or reboot; replace it if it recurs"
+
+_POLICIES: Mapping[tuple[str, str], EventPolicy] = {
+    ("gpu_off_bus", "off_bus"): EventPolicy("critical", "once", 1, "GPU has fallen off the bus", _REMEDIATION_BY_BUCKET["RESTART_BM"]),
+    ("nvrm", "probe_failed"): EventPolicy("warning", "once", 1, "NVIDIA driver failed to initialise a GPU", "Check dmesg for the GPU the driver could not probe; reseat or replace it"),
+    ("peermem", "invalid_context"): EventPolicy(
+        "warning", "repeated", 3, "nvidia-peermem: invalid context", "GPUDirect RDMA memory was freed under an active registration; check the nvidia-peermem and driver versions"
+    ),
+    ("mlx5", "health_compromised"): EventPolicy("critical", "once", 1, "HCA health compromised (firmware stopped responding)", _NIC_FW),
+    ("mlx5", "unrecoverable"): EventPolicy("critical", "once", 1, "HCA unrecoverable hardware error", _NIC_FW),
+    ("mlx5", "fatal_error"): EventPolicy("critical", "once", 1, "HCA fatal error", _NIC_FW),
+    ("mlx5", "fw_syndrome"): EventPolicy("warning", "once", 1, "HCA firmware health syndrome", _NIC_FW),
+    ("mlx5", "cmd_timeout"): EventPolicy("warning", "repeated", 3, "HCA firmware command timeouts", _NIC_FW),
+    ("mlx5", "slot_power"): EventPolicy("warning", "once", 1, "HCA detects insufficient PCIe slot power", "Check the slot's power budget and riser; move the HCA to a full-power slot"),
+    ("mlx5", "module_temp"): EventPolicy("warning", "once", 1, "HCA port module high temperature", "Check airflow and the transceiver; replace the module if it keeps overheating"),
+    ("mlx5", "cable"): EventPolicy("warning", "once", 1, "HCA port module / cable error", "Reseat or replace the cable / transceiver"),
+    ("mlx5", "high_temp"): EventPolicy("warning", "once", 1, "HCA high temperature", "Check the node's airflow and fans"),
+    ("mlx5", "tx_timeout"): EventPolicy("warning", "repeated", 3, "HCA transmit queue timeouts", "Check the port and the HCA firmware; reset the interface if it repeats"),
+    ("aer", "fatal"): EventPolicy("critical", "once", 1, "PCIe uncorrected fatal error", "Drain the node; check the device and its slot/riser, reseat or replace; reboot to recover the link"),
+    ("aer", "nonfatal"): EventPolicy("warning", "repeated", 3, "PCIe uncorrected non-fatal errors", "Check the device and its slot/riser; reseat or replace if they continue"),
+    ("aer", "corrected"): EventPolicy("warning", "repeated", 100, "PCIe corrected error storm", "Check the link (lspci -vv LnkSta, AER counters) and reseat the device or riser"),
+}
+
+
+def event_policy(kind: str, code: str) -> EventPolicy:
+    """The policy for an event; "count" for anything the catalogue does not name."""
+    if kind == "xid":
+        return xid_policy(int(code)) if code.isdigit() else UNKNOWN_XID
+    if kind == "sxid":
+        return sxid_policy(code)
+    return _POLICIES.get((kind, code), _COUNT)
