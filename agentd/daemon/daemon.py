@@ -31,9 +31,11 @@ from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
+from agentd.host.runner import Lane, await_future
 from agentd.metrics.agent import process_stats
-from agentd.model import NodeSnapshot
+from agentd.model import KernelLog, NodeSnapshot
 from agentd.outputs.evaluate import Evaluation, evaluate
+from agentd.outputs.kernel_cursor import cursor_path, load_cursor, save_cursor
 from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
 
@@ -96,6 +98,8 @@ class Daemon:
         self._tasks: list[asyncio.Task[Any]] = []
         self.addresses: list[tuple[str, int]] = []
         self.server: HttpServer | None = None
+        self._cursor_lane = Lane("kernel-cursor")
+        self._cursor_saved: tuple[KernelLog | None, float] = (None, 0.0)
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -158,6 +162,7 @@ class Daemon:
             state = await self.publisher.build(snap, ev, files, ctx)
             old, self._state = self._state, state
             self._last_cycle_mono = time.monotonic()
+        self._save_kernel_cursor(snap.kernel)
         log_state_changes(self.log, old, state)
         line = status_line(state)
         if not old.ready:
@@ -280,8 +285,44 @@ class Daemon:
         if task in self._tasks:
             self._tasks.remove(task)
 
+    # -- the kernel log's cursor (agentd.outputs.kernel_cursor) --------------------------
+    CURSOR_EVERY_S = 60.0  # the cursor follows new records at most this often (new events at once)
+
+    async def _load_kernel_cursor(self) -> None:
+        """Hand the previous run's cursor to the kernel log reader before its first poll
+        (read in a lane with a timeout: no file I/O on the event loop)."""
+        source = getattr(self.collector, "kernel_source", None)
+        if source is None:
+            return
+        path = cursor_path(self.config.paths.state_dir)
+        fut, _ = self._cursor_lane.submit(load_cursor, path)
+        try:
+            cursor = await await_future(fut, self.config.timeouts.probe_s)
+        except Exception as e:
+            self.log.warning("kernel_cursor.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="the kernel log is read from its start")
+            return
+        if cursor is not None:
+            source.resume(cursor)
+            self.log.info("kernel_cursor.loaded", path=str(path), seq=cursor.get("seq"))
+
+    def _save_kernel_cursor(self, log: KernelLog) -> None:
+        """Persist where the kernel log reader is: at once when its events changed, else
+        at most every CURSOR_EVERY_S. Fire and forget in its lane (a hung write skips)."""
+        if not log.available or log.last_seq is None or getattr(self.collector, "kernel_source", None) is None:
+            return
+        prev, at = self._cursor_saved
+        now = time.monotonic()
+        if prev is not None and (prev is log or prev.last_seq == log.last_seq):
+            return
+        if prev is not None and prev.events == log.events and now - at < self.CURSOR_EVERY_S:
+            return
+        _, started = self._cursor_lane.submit(save_cursor, cursor_path(self.config.paths.state_dir), log)
+        if started:
+            self._cursor_saved = (log, now)
+
     async def _startup(self) -> None:
         await self._load_baseline(self.config)
+        await self._load_kernel_cursor()
         await self._guarded("all")
         for tier in TIERS:
             self._tasks.append(asyncio.create_task(self._tier_loop(tier), name=f"agentd-{tier}"))

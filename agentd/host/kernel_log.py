@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
+from agentd.host.kernel_catalog import Extracted, Extractor
 from agentd.host.kmsg import KMSG_MAX_BYTES, KmsgRecord, iter_records, parse_record
 from agentd.model import KernelCount, KernelEvent, KernelLog
 
@@ -45,20 +46,11 @@ MAX_COUNT_KEYS = 512  # distinct (kind, code, device); more fold into (kind, "ot
 CURSOR_VERSION = 1
 
 
-class Extracted(Protocol):
-    kind: str
-    code: str
-    device: str | None
-    detail: str
-
-
 class ExtractorLike(Protocol):
     def feed(self, message: str, fields: Mapping[str, str] | None = None) -> Extracted | None: ...
 
 
 def default_extractor() -> ExtractorLike:
-    from agentd.host.kernel_catalog import Extractor
-
     return Extractor()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from agentd.sim import effects_kmsg as K
 from agentd.sim import effects_link as L
 from agentd.sim import effects_node as N
 from agentd.sim.pcicfg import ACS_KERNEL_ENABLE
@@ -138,6 +139,12 @@ _KINDS = [
          L.ethtool_failure_apply, L.ethtool_file, _choice("garbage", "missing"), _const("garbage"), "garbage|missing"),
     Kind("fabric_incomplete", "gpus", "nvml.json fabric_state 'in_progress' (or VALUE 'not_started') and fabric_status null on the GPU, or all GPUs when no target; NVSwitch profiles only",
          N.fabric_apply, N.fabric_restores, _choice("in_progress", "not_started"), _const("in_progress"), "in_progress|not_started"),
+    Kind("xid", "gpu", "dev/kmsg gets the driver's 'NVRM: Xid (PCI:dddd:bb:dd): VALUE, ...' line for the GPU (real wording per XID; default 79, fallen off the bus). The log only grows: clearing removes nothing, the finding goes when kernel.hold_s / window_s has passed",
+         K.xid_apply, K.nothing_to_restore, K.xid_code, _const(79), "XID (13, 43, 63, 79, 94, 95, 119)", K.the_log),
+    Kind("fell_off_bus_multiline", "gpu", "dev/kmsg gets the three-line 'The NVIDIA GPU ... has fallen off the bus and is not responding to commands.' record the driver prints without an Xid line (log only grows, as xid)",
+         K.off_bus_multiline_apply, K.nothing_to_restore, advancing=K.the_log),
+    Kind("mlx5_cmd_timeout", "nic", "dev/kmsg gets VALUE (default 5) mlx5_core firmware command timeouts ('wait_func ... ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource') for the HCA (log only grows, as xid)",
+         K.mlx5_cmd_timeout_apply, K.nothing_to_restore, _int(1, 10000), _const(5), "N timeouts", K.the_log),
 ]
 
 KINDS: dict[str, Kind] = {k.name: k for k in _KINDS}

@@ -135,6 +135,17 @@ def write_nvml(root: Path, data: dict[str, Any]) -> None:
     write_attr(root / ".agentd/nvml.json", json.dumps(data, indent=2))
 
 
+KMSG = "dev/kmsg"
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+
+
+def write_log(root: Path, boot_id: str) -> None:
+    """A new boot: its boot id and an empty kernel log."""
+    (root / KMSG).parent.mkdir(parents=True, exist_ok=True)
+    (root / KMSG).write_bytes(b"")
+    write_attr(root / BOOT_ID, boot_id)
+
+
 def write_node(root: Path, profile: Profile) -> None:
     k = root / "proc/sys/kernel"
     write_attr(k / "osrelease", profile.kernel_release)

@@ -13,6 +13,7 @@ import atexit
 import json
 import shutil
 import tempfile
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def write_profile_tree(profile: Profile, root: Path) -> None:
     rdma.write_rdma(root, profile, layout)
     net.write_netdevs(root, profile, layout)
     node.write_node(root, profile)
+    node.write_log(root, str(uuid.uuid4()))  # each build is a new boot
     write_attr(root / MARKER, json.dumps({"profile": profile.name, "faults": []}, indent=2))
     created = datetime.now(UTC).isoformat(timespec="seconds")
     doc = recorded.manifest("simulation", agentd_version=__version__, created=created, extra={"profile": profile.name})

@@ -14,6 +14,7 @@ from agentd.judging.checks import (
     ib,
     ib_counters,
     inventory,
+    kernel,
     mtu,
     names,
     nvlink,
@@ -44,6 +45,7 @@ CHECKS: tuple[Check, ...] = (
     roce.check_roce,
     nvlink.check_nvml_blind,
     nvlink.check_nvlink,
+    kernel.check_events,
     inventory.check_inventory,
     probes.check_probes,
 )

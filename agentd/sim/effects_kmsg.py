@@ -1,0 +1,103 @@
+"""Kernel log faults: records appended to ROOT/dev/kmsg in /dev/kmsg's record format.
+
+Every simulated tree has a ``dev/kmsg`` (empty at build) and a boot id of its own (each
+build is a new boot). A fault appends the records a real driver prints for it; the text
+is real published driver output (the sources below, the same lines as
+tests/fixtures/kmsg with their provenance in tests/fixtures/SOURCES.md), with only the
+PCI bus id, pid and process name replaced by the target's. A kernel log only grows:
+clearing such a fault appends nothing and removes nothing, so its finding goes away
+when its window (``kernel.window_s``) or hold (``kernel.hold_s``) has passed, as on a
+real node.
+
+Sources:
+- Xid 79, 13, 43: leptonai/gpud (Apache-2.0) @ 4a8de33a3f02, components/accelerator/nvidia/xid/kmsg_test.go
+  and components/memory/testdata/dmesg.decode.iso.log.
+- Xid 94, 95: NVIDIA/open-gpu-kernel-modules (MIT) @ df1c9a3de2be, kern_gpu_error_cont_ga100.c (its example lines).
+- Xid 63: stas00/ml-engineering @ 62d4359e4849, compute/accelerator/nvidia/debug.md.
+- Xid 119: leptonai/gpud @ 4a8de33a3f02, components/accelerator/nvidia/xid/testdata/dmesg-with-xid-119.log.
+- The three-line off-bus message (one record): NVIDIA/NVSentinel issue 155.
+- mlx5 command timeout: NVIDIA/NVSentinel tests/syslog_health_monitor_test.go.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentd.base.atomic import read_regular
+from agentd.sim.node import KMSG
+from agentd.sim.targets import Ctx, Target
+
+# XID -> the message after "NVRM: Xid (PCI:dddd:bb:dd): N, " as the driver printed it
+XID_TEXTS: dict[int, str] = {
+    13: "pid='<unknown>', name=<unknown>, Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors",
+    43: "pid={pid}, name=pt_main_thread, Ch 00000008",
+    63: "pid={pid}, Row Remapper: New row marked for remapping, reset gpu to activate.",
+    79: "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    94: "pid={pid}, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    95: "pid={pid}, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No",
+    119: "pid={pid}, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU{gpu} GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+}
+OFF_BUS_MULTILINE = (
+    "NVRM: The NVIDIA GPU {bdf}\\x0aNVRM: (PCI ID: 10de:{device}) installed in this system has\\x0a"
+    "NVRM: fallen off the bus and is not responding to commands."
+)
+MLX5_CMD_TIMEOUT = "mlx5_core {bdf}: wait_func:964:(pid 112): ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource"
+_SEQ_USEC = re.compile(rb"^\d+,(\d+),(\d+)", re.M)
+PID = 2924364
+
+
+def append(ctx: Ctx, messages: list[tuple[int, str]]) -> None:
+    """Append records (level, text) after the last one, one second apart."""
+    path = ctx.path(KMSG)
+    try:
+        data = read_regular(path, 16 << 20)
+    except FileNotFoundError:
+        data = b""
+    last = _SEQ_USEC.findall(data)
+    seq, usec = (int(last[-1][0]), int(last[-1][1])) if last else (0, 10_000_000)
+    out = []
+    for level, text in messages:
+        seq, usec = seq + 1, usec + 1_000_000
+        out.append(f"{level},{seq},{usec},-;{text}\n")
+    with open(path, "a") as f:
+        f.write("".join(out))
+
+
+def _bus(t: Target) -> str:
+    return (t.bdf or "0000:00:00.0").rsplit(".", 1)[0]
+
+
+def xid_apply(ctx: Ctx, t: Target, v: Any) -> None:
+    code = int(v)
+    text = XID_TEXTS[code].format(pid=PID, gpu=t.gpu if t.gpu is not None else 0)
+    append(ctx, [(4, f"NVRM: Xid (PCI:{_bus(t)}): {code}, {text}")])
+
+
+def xid_code(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise ValueError(f"expected an XID number, got {s!r}") from None
+    if v not in XID_TEXTS:
+        raise ValueError(f"XID {v}: the simulator prints only XIDs it has a real driver line for ({', '.join(map(str, sorted(XID_TEXTS)))})")
+    return v
+
+
+def off_bus_multiline_apply(ctx: Ctx, t: Target, v: Any) -> None:
+    device = ctx.read(f"sys/bus/pci/devices/{t.bdf}/device").removeprefix("0x") if t.bdf else "2330"
+    append(ctx, [(3, OFF_BUS_MULTILINE.format(bdf=t.bdf, device=device))])
+
+
+def mlx5_cmd_timeout_apply(ctx: Ctx, t: Target, v: Any) -> None:
+    bdf = t.hca.bdf if t.hca is not None else t.bdf
+    append(ctx, [(4, MLX5_CMD_TIMEOUT.format(bdf=bdf))] * int(v))
+
+
+def nothing_to_restore(ctx: Ctx, t: Target, v: Any) -> list[Any]:
+    return []
+
+
+def the_log(ctx: Ctx, t: Target, v: Any) -> list[str]:
+    """What these faults leave where it is on clearing: the log (only grows)."""
+    return [KMSG]
