@@ -8,6 +8,7 @@ windows no longer cover the fault's counter jump.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ from agentd.config import AgentConfig, Timeouts
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 
-T0 = 1_000_000.0
-LATER = 13 * 3600.0  # beyond the 12 h flap window and the 10 min rate window
+# Wall-clock time: kernel log events are dated when they are read (a simulated root has
+# no recorded uptime), so the snapshots are taken on the same clock.
+T0 = float(int(time.time()))
+LATER = 25 * 3600.0  # beyond the 12 h flap window, the 10 min rate window and the 24 h kernel event hold
 
 ROCE = "h100-roce"
 # kind -> (profile, spec, expected (code, severity, subject) present while faulted)
@@ -49,6 +52,9 @@ EXPECT = {
     "nvml_init_error": ("h100-ib", "nvml_init_error", ("nvml.blind", "critical", "nvml")),
     "ethtool_failure": (ROCE, "ethtool_failure", ("probe.failed", "warning", "ethtool:.agentd/ethtool/ens1np0")),
     "fabric_incomplete": ("h100-ib", "fabric_incomplete", ("nvlink.fabric.incomplete", "critical", "gpu0")),
+    "xid": ("h100-ib", "xid@gpu3", ("gpu.xid", "critical", "gpu3")),
+    "fell_off_bus_multiline": ("h100-ib", "fell_off_bus_multiline@gpu5", ("gpu.off_bus", "critical", "gpu5")),
+    "mlx5_cmd_timeout": ("h100-ib", "mlx5_cmd_timeout@mlx5_2", ("hca.firmware", "warning", "mlx5_2")),
 }
 # The gdr.path fact says which registration path is in use; these faults change it.
 GDR_PATH_MEASURED = {"peermem_gone": "dmabuf", "dmabuf_only": "dmabuf"}
@@ -122,3 +128,18 @@ def test_fault_produces_its_finding_and_clears(kind, tmp_path):
     assert recovered.status == "ok", triples(recovered.findings)
     if kind not in GDR_PATH_MEASURED:
         assert expected not in triples(recovered.findings, include_ok=True)
+
+
+def test_an_application_xid_is_counted_and_leaves_the_node_ok(tmp_path):
+    """xid=13@gpu0 (a job's illegal memory access): counted, never a finding."""
+    root = sim.build_tree("h100-ib", tmp_path / "root")
+    cfg = config(root)
+    c = Collector(HostRoot.at(root), cfg)
+    c.run_sync()
+    s1 = c.snapshot(taken_at=T0)
+    sim.apply_fault(root, "xid@gpu0=13")
+    c.run_sync()
+    s2 = c.snapshot(taken_at=T0 + 10)
+    j = judge(s2, (s1,), cfg, None)
+    assert j.status == "ok" and triples(j.findings) == set()
+    assert [(k.kind, k.code, k.device, k.count) for k in s2.kernel.counts] == [("xid", "13", "0000:18:00.0", 1)]

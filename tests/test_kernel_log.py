@@ -9,22 +9,14 @@ import os
 import stat
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
+from agentd.host.kernel_catalog import Extracted as Ev
 from agentd.host.kernel_log import KernelLogSource, cursor_of
 from agentd.host.kmsg import iter_records, parse_record
-
-
-@dataclass(frozen=True)
-class Ev:
-    kind: str
-    code: str
-    device: str | None
-    detail: str
 
 
 class Fake:

@@ -49,6 +49,7 @@ pytestmark = pytest.mark.e2e
 
 FLAP_WINDOW_S = 6.0
 HANG_S = 2
+KERNEL_WINDOW_S = 6.0  # kernel.window_s and hold_s: a kernel log fault clears once this has passed
 MATRIX_ENV = "AGENTD_WRITE_FAULT_MATRIX"
 
 
@@ -131,6 +132,14 @@ CASES: dict[str, Case] = {
                              or sample(m, "agentd_probe_success", probe="ethtool") == 0)),
     "fabric_incomplete": Case(("gpu_fabric_info{in_progress} 1", _eq("agentd_gpu_fabric_info", 1, state="in_progress", **GPU0)),
                               note="all 8 GPUs critical"),
+    # Kernel log faults: the log only grows, so the finding goes when kernel.hold_s /
+    # window_s (KERNEL_WINDOW_S here) has passed; the event counters stay advanced.
+    "xid": Case(("kernel_events_total{xid,79,gpu3} +1", _rose("agentd_kernel_events_total", 1, kind="xid", code="79", gpu="3")),
+                area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="hold passed", note=f"XID 79 holds for kernel.hold_s ({KERNEL_WINDOW_S:g} s here, a day by default)"),
+    "fell_off_bus_multiline": Case(("kernel_events_total{gpu_off_bus,gpu5} +1", _rose("agentd_kernel_events_total", 1, kind="gpu_off_bus", gpu="5")),
+                                   area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="hold passed", note="no Xid line: the three-line off-bus record alone"),
+    "mlx5_cmd_timeout": Case(("kernel_events_total{mlx5,cmd_timeout,mlx5_2} +5", _rose("agentd_kernel_events_total", 5, kind="mlx5", code="cmd_timeout", device="mlx5_2")),
+                             area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="window passed", note="repeated timeouts within kernel.window_s; one alone is no finding"),
 }
 ORDER = [k for p in ("h100-ib", "h100-roce") for k in EXPECT if EXPECT[k][0] == p]
 COLUMNS = ("fault", "profile", "expected finding", "detected", "/health", "metrics", "NCCL files", "recovered", "notes")
@@ -147,7 +156,7 @@ def render_matrix(rows: dict[str, dict[str, str]]) -> str:
 @pytest.fixture(scope="module")
 def matrix(request, tmp_path_factory):
     rows: dict[str, dict[str, str]] = {}
-    daemons = Daemons(tmp_path_factory.mktemp("matrix"), f"[thresholds]\nflap_window_s = {FLAP_WINDOW_S}\n")
+    daemons = Daemons(tmp_path_factory.mktemp("matrix"), f"[thresholds]\nflap_window_s = {FLAP_WINDOW_S}\n\n[kernel]\nwindow_s = {KERNEL_WINDOW_S}\nhold_s = {KERNEL_WINDOW_S}\n")
     yield daemons, rows
     daemons.close()
     text = render_matrix(rows)
@@ -165,7 +174,7 @@ def matrix(request, tmp_path_factory):
             "*metrics*: `agentd_finding{...} 1` and the area metric shown; *NCCL files*: the port leaves `NCCL_IB_HCA`,\n"
             "or nccl.env is untouched (same inode and mtime, same text); *recovered*: after clearing, /health is 200 ok\n"
             "with no findings, the metrics and nccl.env are back to their pre-fault content.\n\n"
-            f"Daemon config: intervals fast 0.2 s, medium 0.4 s, slow 0.8 s; NVML timeout 0.5 s; thresholds.flap_window_s {FLAP_WINDOW_S:g} s.\n"
+            f"Daemon config: intervals fast 0.2 s, medium 0.4 s, slow 0.8 s; NVML timeout 0.5 s; thresholds.flap_window_s {FLAP_WINDOW_S:g} s; kernel.window_s and hold_s {KERNEL_WINDOW_S:g} s.\n"
             "Counter faults are judged from the daemon's own history. flapping and counter_saturated clear once the flap window\n"
             "has passed; nvlink_errors and pause_storm use the default 600 s / 60 s rate windows and the simulator leaves counters\n"
             "advanced on clear (as a real node would), so the test resets those counters (`nvidia-smi nvlink -r`, driver reload)\n"
