@@ -28,6 +28,8 @@ REQUIRED_ALERTS = {
     "AgentdNodeCritical", "AgentdIbPortDown", "AgentdIbPortRateDegraded", "AgentdIbLinkFlapping", "AgentdGdrUnavailable",
     "AgentdPcieDowntrained", "AgentdMtuMismatch", "AgentdRoceEcnDisabled", "AgentdPfcPauseStorm", "AgentdNvlinkDown",
     "AgentdNvmlBlind", "AgentdStale", "AgentdDown", "AgentdNcclFileWriteFailing",
+    # kernel log events (issue 14)
+    "AgentdGpuXid", "AgentdGpuOffBus", "AgentdHcaFirmware", "AgentdPcieAerFatal", "AgentdKernelLogBlind",
 }
 
 
