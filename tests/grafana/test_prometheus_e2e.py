@@ -57,6 +57,8 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
     "agentd-fleet/Critical and warning findings/A": ("no node has a warning or critical finding", "port_down@mlx5_1:1"),
     "agentd-fleet/Degraded ports/A": ("every port is ACTIVE at its expected rate and width", "port_down@mlx5_1:1"),
     "agentd-fleet/Nodes whose NCCL_IB_HCA differs from the most common value/A": ("every node lists the same HCA ports", "port_down@mlx5_1:1"),
+    "agentd-fleet/Nodes with XIDs in the last 24h, by code/A": ("no driver printed an XID", "xid@gpu3"),
+    "agentd-node/Kernel events since agentd started (this boot)/A": ("no driver printed an event agentd recognises", "xid@gpu3"),
     **{f"agentd-fleet/{t}/{r}": ("no NCCL benchmark has run on the simulated nodes (agentd_bench_nccl_* bandwidths exist only after a run)", None)
        for t, r in [("NCCL bus bandwidth (last run)", "A"), ("NCCL bus bandwidth (last run)", "B"), ("Bus bandwidth below minimum", "A"),
                     ("Lowest bus bandwidth vs expected", "A"), ("Last benchmark result per node", "A")]},
@@ -78,6 +80,8 @@ FAULTS = [
     ("ib", "pcie_downtrained@mlx5_4=both", "AgentdPcieDowntrained", "critical", {"subject": "0000:97:00.0"}, True),
     ("ib", "pcie_downtrained@gpu1=width", "AgentdPcieDowntrained", "warning", {"subject": "0000:39:00.0"}, True),
     ("roce", "mtu_mismatch@ens2np0", "AgentdMtuMismatch", "critical", {"netdev": "ens2np0"}, True),
+    # A kernel log only grows: the XID's finding holds for kernel.hold_s (a day), so it does not clear here.
+    ("ib", "xid@gpu3", "AgentdGpuXid", "critical", {"subject": "gpu3"}, False),
     ("roce", "ecn_off@ens3np0", "AgentdRoceEcnDisabled", "critical", {"subject": "ens3np0"}, True),
     ("roce", "pfc_off@ens4np0", "AgentdRocePfcDisabled", "critical", {"subject": "ens4np0"}, True),
     # Counters stay advanced after clearing (a flap stays in the 12 h window, a storm in the
