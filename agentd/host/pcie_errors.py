@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from agentd.base.ids import VENDOR_NVIDIA
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.host.pci import DEVICES_DIR, WIDTH_UNKNOWN, parse_link_speed
-from agentd.model import AerCounts, PciDevice, PciLinkRead, PcieAer
+from agentd.model import AerCounts, PciDevice, PcieAer, PciLinkRead
 
 # file -> the kernel's total line name
 AER_FILES = (
