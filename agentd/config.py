@@ -105,6 +105,7 @@ class Thresholds(Section):
     nvlink_error_per_s: float = Field(0.0, ge=0, description="NVLink CRC/replay/recovery errors per second above which nvlink.link.errors is raised.")
     pcie_aer_correctable_max: int = Field(100, ge=1, description="Corrected PCIe errors (AER TOTAL_ERR_COR) one PCI function may add within rate_window_s before pcie.aer.correctable is raised (a warning). Corrected errors are routine: the link recovered them.")
     gpu_pcie_replay_per_min: float = Field(8.0, ge=0, description="NVML PCIe replays per minute of a GPU, measured over rate_window_s, above which gpu.pcie.replay is raised (a warning); 8 is DCGM's DCGM_LIMIT_MAX_PCIREPLAY_RATE.")
+    pcie_retrain_window_s: float = Field(600.0, gt=0, le=86400, description="Window within which a change of an HCA's or bridge's current PCIe link speed/width is reported as pcie.link.retrained (the warning clears this long after the link is stable).")
     history_size: int = Field(720, ge=2, le=100000, description="Snapshots kept in memory for rates and flap detection.")
     rate_window_s: float = Field(600.0, gt=0, le=86400, description="Window over which IB and NVLink error counter rates are measured (the oldest snapshot inside it is the reference).")
     short_rate_window_s: float = Field(60.0, gt=0, le=86400, description="Window for PFC pause-storm and CNP rates, so a storm clears within about this long after it stops.")

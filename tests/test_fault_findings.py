@@ -49,6 +49,9 @@ EXPECT = {
     "nvml_init_error": ("h100-ib", "nvml_init_error", ("nvml.blind", "critical", "nvml")),
     "ethtool_failure": (ROCE, "ethtool_failure", ("probe.failed", "warning", "ethtool:.agentd/ethtool/ens1np0")),
     "fabric_incomplete": ("h100-ib", "fabric_incomplete", ("nvlink.fabric.incomplete", "critical", "gpu0")),
+    "aer_uncorrectable": ("h100-ib", "aer_uncorrectable=fatal", ("pcie.aer.fatal", "critical", "0000:18:00.0")),
+    "aer_correctable": ("h100-ib", "aer_correctable@mlx5_0", ("pcie.aer.correctable", "warning", "0000:17:00.0")),
+    "pcie_replay": ("h100-ib", "pcie_replay", ("gpu.pcie.replay", "warning", "gpu0")),
 }
 # The gdr.path fact says which registration path is in use; these faults change it.
 GDR_PATH_MEASURED = {"peermem_gone": "dmabuf", "dmabuf_only": "dmabuf"}

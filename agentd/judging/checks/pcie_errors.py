@@ -17,7 +17,8 @@ the finding names the function whose counter rose, and the hint says to look bot
   ``thresholds.gpu_pcie_replay_per_min`` over the window (DCGM's limit is 8/min).
 
 - ``pcie.link.retrained`` (warning): the current link speed or width of an HCA or of a
-  bridge above a GPU or HCA differs between snapshots within the window: a link that
+  bridge above a GPU or HCA differs between snapshots within
+  ``thresholds.pcie_retrain_window_s`` (only snapshots inside it: no older fallback): a link that
   trained down (and perhaps back up) between two polls. The medium probe re-reads these
   links so a retrain is seen within one medium interval. GPU link speed does not count,
   nor the speed of the port directly above a GPU (the same link): GPUs lower their speed
@@ -157,7 +158,8 @@ def _link_text(speed: str | None, width: int | None) -> str:
 def check_retrained(inp: CheckInput) -> list[Finding]:
     """pcie.link.retrained: a NIC's or bridge's current link changed within the window."""
     snap = inp.snapshot
-    window = in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s)
+    window_s = inp.config.thresholds.pcie_retrain_window_s
+    window = [s for s in in_window(inp.history, snap.taken_at, window_s) if s.taken_at >= snap.taken_at - window_s]
     if not window:
         return []
     indexes = _pci_index(window)
@@ -182,7 +184,7 @@ def check_retrained(inp: CheckInput) -> list[Finding]:
         what = "link width" if not speed_counts else "link"
         out.append(finding(
             "pcie.link.retrained", "warning", pci_subject(bdf),
-            f"PCIe {what} of {bdf} changed within the last {fmt(inp.config.thresholds.rate_window_s)} s: {steps}",
+            f"PCIe {what} of {bdf} changed within the last {fmt(window_s)} s: {steps}",
             "the link retrained (a link-down/up or a downshift after errors): check `dmesg` for AER and link messages, "
             f"`lspci -vvv -s {bdf}` (LnkSta), and reseat the card, riser or cable if it repeats",
             measured=steps, expected=_link_text(*seen[0]),
