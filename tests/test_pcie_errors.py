@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentd import sim
 from agentd.collection.collector import Collector, probes_in
@@ -96,6 +98,15 @@ def test_unnamed_bits_and_u64_counts():
 def test_not_the_abi_is_a_value_error(text, why):
     with pytest.raises(ValueError, match=why):
         parse_aer(text, "TOTAL_ERR_COR")
+
+
+@given(st.text(max_size=300))
+def test_any_text_parses_or_is_a_value_error(text):
+    try:
+        c = parse_aer(text, "TOTAL_ERR_COR")
+    except ValueError:
+        return
+    assert 0 <= c.total < 2**64 and text.rstrip("\n").splitlines()[-1] == f"TOTAL_ERR_COR {c.total}"
 
 
 @pytest.mark.parametrize("content, detail", [
