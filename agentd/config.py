@@ -103,6 +103,9 @@ class Thresholds(Section):
     flap_window_s: float = Field(12 * 3600.0, gt=0, description="Window for flap counting.")
     pause_storm_per_s: float = Field(1000.0, ge=0, description="PFC pause frames per second per priority above which roce.pfc.pause_storm is raised.")
     nvlink_error_per_s: float = Field(0.0, ge=0, description="NVLink CRC/replay/recovery errors per second above which nvlink.link.errors is raised.")
+    pcie_aer_correctable_max: int = Field(100, ge=1, description="Corrected PCIe errors (AER TOTAL_ERR_COR) one PCI function may add within rate_window_s before pcie.aer.correctable is raised (a warning). Corrected errors are routine: the link recovered them.")
+    gpu_pcie_replay_per_min: float = Field(8.0, ge=0, description="NVML PCIe replays per minute of a GPU, measured over rate_window_s, above which gpu.pcie.replay is raised (a warning); 8 is DCGM's DCGM_LIMIT_MAX_PCIREPLAY_RATE.")
+    pcie_retrain_window_s: float = Field(600.0, gt=0, le=86400, description="Window within which a change of an HCA's or bridge's current PCIe link speed/width is reported as pcie.link.retrained (the warning clears this long after the link is stable).")
     history_size: int = Field(720, ge=2, le=100000, description="Snapshots kept in memory for rates and flap detection.")
     rate_window_s: float = Field(600.0, gt=0, le=86400, description="Window over which IB and NVLink error counter rates are measured (the oldest snapshot inside it is the reference).")
     short_rate_window_s: float = Field(60.0, gt=0, le=86400, description="Window for PFC pause-storm and CNP rates, so a storm clears within about this long after it stops.")
@@ -204,7 +207,7 @@ class MetricsDetail(Section):
 
     nvlink_per_link: bool = Field(False, description="Export every NVLink's state, remote end and error counters (agentd_nvlink_link_errors_total; 18 links x 4 kinds per H100). Off: per-GPU error totals and link counts, and per-link state and remote end only for links that are not up.")
     ib_counters_per_port: bool = Field(False, description="Export the HCA counters agentd has no named metric for per port (agentd_ib_port_hw_counters_total). Off: summed over the node's ports per counter (agentd_ib_hw_counters_total).")
-    pcie_bridges: bool = Field(False, description="Export link speed/width and the ACS flag of every PCIe bridge above a GPU, HCA or NVSwitch. Off: a bridge's link series only when it runs below its own maximum, its ACS flag only when redirect is on.")
+    pcie_bridges: bool = Field(False, description="Export link speed/width, the ACS flag and the AER error totals of every PCIe bridge above a GPU, HCA or NVSwitch. Off: a bridge's link series only when it runs below its own maximum, its ACS flag only when redirect is on, AER totals summed over the bridges (agentd_pcie_aer_bridge_errors_total).")
     roce_every_priority: bool = Field(False, description="Export the RoCE per-priority counters (pause frames and time, bytes, packets) for all 8 priorities. Off: roce.priority (the lossless class) on its own, the other seven summed as priority=\"other\".")
 
 

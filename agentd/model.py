@@ -93,6 +93,38 @@ PciePortType = Literal[
 ]
 
 
+class AerCounts(Record):
+    """One ``aer_dev_{correctable,nonfatal,fatal}`` file: the kernel's TOTAL_ERR_* line and
+    the per-type lines before it (``RxErr``, ``BadTLP``, ``dev_cor_errs_bit[12]`` ...)."""
+
+    total: int
+    by_type: dict[str, int] = Field(default_factory=dict)
+
+
+class PcieAer(Record):
+    """AER statistics of one PCI function (sysfs-bus-pci-devices-aer_stats). A severity is
+    None when its file is absent (no AER capability, kernel < 4.19) or unparsable: unknown,
+    never 0."""
+
+    correctable: AerCounts | None = None
+    nonfatal: AerCounts | None = None
+    fatal: AerCounts | None = None
+
+
+class PciLinkRead(Record):
+    """What the medium-tier ``pci_errors`` probe reads of one function (the slow ``pci``
+    probe reads the rest): AER statistics, and the current link of NICs and bridges, so a
+    link that retrains between two slow polls is seen. GPUs' links are not re-read (they
+    lower their speed when idle)."""
+
+    bdf: str
+    aer: PcieAer | None = None  # None: no aer_dev_* file at all
+    link_read: bool = False  # current_link_* below were read by this probe
+    current_link_speed: str | None = None
+    current_link_speed_gts: float | None = None
+    current_link_width: int | None = None
+
+
 class PciDevice(Record):
     bdf: str  # 0000:1b:00.0
     class_code: int  # 0x030200
@@ -118,6 +150,9 @@ class PciDevice(Record):
     # Config space bytes the kernel returned (4096, or 256 without extended space); 64 to
     # a reader without CAP_SYS_ADMIN, so port type and ACS are unknown; None: not read.
     config_bytes: int | None = None
+    # AER statistics (medium-tier pci_errors probe) of GPUs, HCAs and the bridges above
+    # them; None: not read, or no AER files.
+    aer: PcieAer | None = None
 
     @property
     def is_bridge(self) -> bool:
@@ -286,6 +321,8 @@ class NvmlGpu(Record):
     nvlinks: tuple[NvLink, ...] = ()
     fabric_state: Literal["not_supported", "not_started", "in_progress", "completed"] | None = None
     fabric_status: str | None = None  # "success" or the NVML error text
+    # nvmlDeviceGetPcieReplayCounter: PCIe replays (link-level retransmissions) since boot
+    pcie_replay_errors: int | None = None
     error: str | None = None  # per-GPU NVML error (e.g. GPU lost: "GPU is lost")
 
 

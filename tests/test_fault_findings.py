@@ -55,6 +55,9 @@ EXPECT = {
     "xid": ("h100-ib", "xid@gpu3", ("gpu.xid", "critical", "gpu3")),
     "fell_off_bus_multiline": ("h100-ib", "fell_off_bus_multiline@gpu5", ("gpu.off_bus", "critical", "gpu5")),
     "mlx5_cmd_timeout": ("h100-ib", "mlx5_cmd_timeout@mlx5_2", ("hca.firmware", "warning", "mlx5_2")),
+    "aer_uncorrectable": ("h100-ib", "aer_uncorrectable=fatal", ("pcie.aer.fatal", "critical", "0000:18:00.0")),
+    "aer_correctable": ("h100-ib", "aer_correctable@mlx5_0", ("pcie.aer.correctable", "warning", "0000:17:00.0")),
+    "pcie_replay": ("h100-ib", "pcie_replay", ("gpu.pcie.replay", "warning", "gpu0")),
 }
 # The gdr.path fact says which registration path is in use; these faults change it.
 GDR_PATH_MEASURED = {"peermem_gone": "dmabuf", "dmabuf_only": "dmabuf"}

@@ -119,6 +119,9 @@ FAULTS = {
     "nvml_init_error": ("h100-ib", lambda d: d["nvml"]["available"] is False),
     "ethtool_failure": ("h100-roce", lambda d: any(e["source"] == "ethtool" for e in d["read_errors"])),
     "fabric_incomplete": ("h100-ib", lambda d: d["nvml"]["gpus"][0]["fabric_state"] != "completed"),
+    "aer_uncorrectable": ("h100-ib", lambda d: pci(d, gpu0(d)["pci_bus_id"])["aer"]["nonfatal"]["by_type"]["CmpltTO"] == 1),
+    "aer_correctable": ("h100-ib", lambda d: pci(d, gpu0(d)["pci_bus_id"])["aer"]["correctable"]["total"] == 1000),
+    "pcie_replay": ("h100-ib", lambda d: d["nvml"]["gpus"][0]["pcie_replay_errors"] == 1000),
 }
 
 # Fields a real link also advances (the fault moves counters forward, clearing does not
@@ -126,7 +129,7 @@ FAULTS = {
 VOLATILE = ("taken_at", "probes")
 # Faults that only advance counters: the counters stay where they are after clearing (a
 # rate over time clears the finding, which the daemon tests cover).
-COUNTER_FAULTS = {"flapping", "nvlink_errors", "pause_storm"}
+COUNTER_FAULTS = {"flapping", "nvlink_errors", "pause_storm", "aer_uncorrectable", "aer_correctable", "pcie_replay"}
 
 
 def comparable(doc: dict) -> dict:
@@ -139,8 +142,11 @@ def comparable(doc: dict) -> dict:
         for k in ("carrier_changes", "carrier_up_count", "carrier_down_count", "ethtool"):
             n.pop(k, None)
     for g in d["nvml"]["gpus"]:
+        g.pop("pcie_replay_errors", None)
         for link in g["nvlinks"]:
             link.pop("errors")
+    for dev in d["pci"]:
+        dev.pop("aer", None)
     return d
 
 

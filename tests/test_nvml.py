@@ -273,6 +273,31 @@ def test_live_with_scripted_nvml(monkeypatch):
     assert fake.calls == {"init": 1, "shutdown": 1}
 
 
+def test_live_pcie_replay_counter(monkeypatch):
+    fake = fake_pynvml()
+
+    def replay(h):
+        if h[1] == 1:
+            raise FakeNVMLError(3)  # not supported: unknown, quietly
+        return 42
+
+    fake.nvmlDeviceGetPcieReplayCounter = replay
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    ctx = live_ctx()
+    g0, g1, g3 = read_nvml(ctx).gpus
+    assert (g0.pcie_replay_errors, g1.pcie_replay_errors, g3.pcie_replay_errors) == (42, None, None)
+    assert [e.path for e in ctx.errors] == ["nvmlDeviceGetHandleByIndex(2)"]
+    fake.nvmlDeviceGetPcieReplayCounter = lambda h: (_ for _ in ()).throw(FakeNVMLError(999))
+    ctx = live_ctx()
+    assert read_nvml(ctx).gpus[0].pcie_replay_errors is None
+    assert "nvmlDeviceGetPcieReplayCounter(0)" in [e.path for e in ctx.errors]
+
+
+def test_live_without_replay_api_leaves_it_unknown(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    assert read_nvml(live_ctx()).gpus[0].pcie_replay_errors is None
+
+
 def test_live_fabric_error_status(monkeypatch):
     fake = fake_pynvml()
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
-from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, system
+from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, pcie_errors, system
 from agentd.host.fs import HostRoot, ReadContext, replay
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
@@ -41,6 +41,7 @@ from agentd.model import (
     NodeSnapshot,
     NvmlInfo,
     PciDevice,
+    PciLinkRead,
     ProbeStatus,
     ReadError,
     SystemInfo,
@@ -98,6 +99,15 @@ def _files_unless_live(host: HostRoot) -> bool:
     return not host.is_live
 
 
+def _pcie_errors(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> tuple[PciLinkRead, ...]:
+    """AER counters of GPUs, HCAs and the bridges above them (the slow probes' tree and HCA
+    inventory say which), without re-walking the PCI tree."""
+    hcas = outputs.get("ib_gids")
+    bus_ids = [h.pci_bus_id for h in hcas.data if h.pci_bus_id] if hcas is not None and hcas.data else []
+    devs = outputs.get("pci")
+    return pcie_errors.read_pcie_errors(ctx, devs.data if devs is not None else (), bus_ids)
+
+
 # One InfiniBand read per tier, each with only the parts that tier needs, so every file is
 # read in one tier; assemble() merges the three into one Hca list.
 IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
@@ -109,6 +119,7 @@ IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
 PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("system", "slow", lambda c, o: system.read_system(c), SystemInfo()),
     ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
+    ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids")),
     ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), ()),
     ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), ()),
     ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ()),
@@ -177,6 +188,24 @@ def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]],
     return tuple(out)
 
 
+def _merge_pci(devs: tuple[PciDevice, ...], reads: tuple[PciLinkRead, ...]) -> tuple[PciDevice, ...]:
+    """The slow tree with the medium read's AER counters and (NICs, bridges) current links."""
+    if not reads:
+        return devs
+    by_bdf = {r.bdf: r for r in reads}
+    out = []
+    for d in devs:
+        r = by_bdf.get(d.bdf)
+        if r is None:
+            out.append(d)
+            continue
+        upd: dict[str, Any] = {"aer": r.aer}
+        if r.link_read and (r.current_link_speed is not None or r.current_link_width is not None):
+            upd.update(current_link_speed=r.current_link_speed, current_link_speed_gts=r.current_link_speed_gts, current_link_width=r.current_link_width)
+        out.append(d.model_copy(update=upd))
+    return tuple(out)
+
+
 def _gpus(pci_devs: tuple[PciDevice, ...], hcas: tuple[Hca, ...], nv: NvmlInfo) -> tuple[Gpu, ...]:
     pci_gpus = {d.bdf: d for d in pci_devs if d.is_gpu and d.vendor_id == NVIDIA}
     nvml_by_bus = {g.pci_bus_id: g for g in nv.gpus} if nv.available else {}
@@ -201,7 +230,7 @@ def _gpus(pci_devs: tuple[PciDevice, ...], hcas: tuple[Hca, ...], nv: NvmlInfo) 
 
 
 def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float, *, host_mode: Literal["live", "offline", "simulated"] | None = None, host_mode_reason: str | None = None) -> NodeSnapshot:
-    pci_devs = _data(outputs, "pci")
+    pci_devs = _merge_pci(_data(outputs, "pci"), _data(outputs, "pci_errors"))
     pci_numa = {d.bdf: d.numa_node for d in pci_devs}
     hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
     netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"))

@@ -20,10 +20,12 @@ Compact entries. Only the newest entry is a whole NodeSnapshot (the publisher sh
 next collection with it and returns it as the current state). When a newer one arrives,
 the previous entry is compacted (``compact``) to what the history's readers use (the
 checks: ib ``_seen_active``/``_flaps``/``_state_unread``/``_reset``, ib_counters rates and
-saturation, nvlink error rates, roce pause-storm and CNP rates): per IB port its number,
+saturation, nvlink error rates, roce pause-storm and CNP rates, PCIe AER and replay rates and
+link retrains): per IB port its number,
 state, phys_state, link layer, netdev and every counter and hw_counter; per netdev its
 operstate, carrier and the ``{rx,tx}_prio<N>_pause`` ethtool statistics; per NVLink its
-number, state and error counters. Counter tables become ``Counters``: read-only mappings
+number, state and error counters; per GPU its PCIe replay counter; per PCI function with AER
+counters its PcieAer (shared while equal) and current link speed and width. Counter tables become ``Counters``: read-only mappings
 whose names are shared between entries and whose values are packed in an array (8 bytes a
 value, or 4 when the table's values fit, instead of ~70 for a dict entry and an int), and ports, netdevs and GPUs are
 small slotted objects with the attributes those readers use (duck-typed IbPort, Hca,
@@ -36,7 +38,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from agentd.model import Hca, IbPort, Netdev, NodeSnapshot, NvmlGpu, NvmlInfo
+from agentd.model import Hca, IbPort, Netdev, NodeSnapshot, NvmlGpu, NvmlInfo, PciDevice
 
 T = TypeVar("T")
 RATE_WINDOW_S = 600.0  # default of thresholds.rate_window_s
@@ -99,6 +101,9 @@ def link_states(s: NodeSnapshot) -> Hashable:
         tuple((h.name, p.port, p.state, p.phys_state) for h in s.hcas for p in h.ports),
         tuple((n.name, n.operstate, n.carrier) for n in s.netdevs),
         tuple((g.pci_bus_id, link.link, link.state) for g in s.nvml.gpus for link in g.nvlinks),
+        # links the pci_errors probe re-reads: a width change is a transition, and a NIC's
+        # speed (not a bridge's: the port above a GPU follows the GPU's idle downshifts)
+        tuple((d.bdf, None if d.is_bridge else d.current_link_speed, d.current_link_width) for d in s.pci if d.aer is not None and not d.is_gpu),
     )
 
 
@@ -184,16 +189,29 @@ class GpuEntry:
     """An NvmlGpu's NVLinks: their numbers and states (shared layout) and every error
     counter of every link in one array; ``nvlinks`` builds the link views when read."""
 
-    __slots__ = ("index", "pci_bus_id", "error", "_layout", "_values")
+    __slots__ = ("index", "pci_bus_id", "error", "pcie_replay_errors", "_layout", "_values")
 
     def __init__(self, g: NvmlGpu, layout: tuple[tuple[int, str, Mapping[str, int], int], ...], values: Sequence[int]):
-        self.index, self.pci_bus_id, self.error = g.index, g.pci_bus_id, g.error
+        self.index, self.pci_bus_id, self.error, self.pcie_replay_errors = g.index, g.pci_bus_id, g.error, g.pcie_replay_errors
         self._layout, self._values = layout, values
 
     @property
     def nvlinks(self) -> tuple[LinkEntry, ...]:
         v = self._values
         return tuple(LinkEntry(link, state, Counters(ix, v, start)) for link, state, ix, start in self._layout)
+
+
+class PciEntry:
+    """What pcie_errors' checks use of a PciDevice the pci_errors probe read: its AER
+    counters (the frozen PcieAer, shared while equal) and current link."""
+
+    __slots__ = ("bdf", "aer", "current_link_speed", "current_link_width")
+
+    def __init__(self, d: PciDevice):
+        self.bdf, self.aer, self.current_link_speed, self.current_link_width = d.bdf, d.aer, d.current_link_speed, d.current_link_width
+
+    def key(self) -> tuple[Any, ...]:
+        return (self.bdf, self.aer, self.current_link_speed, self.current_link_width)
 
 
 _PAUSE = tuple(f"{d}_prio{p}_pause" for d in ("rx", "tx") for p in range(8))
@@ -270,9 +288,18 @@ class Compactor:
                 start += len(names)
             layout = self._layouts[shape] = tuple(out)
         values = _pack([v for x in g.nvlinks for v in x.errors.values()]) or array("q")
-        if prev is not None and prev._layout is layout and prev._values == values and (prev.index, prev.error) == (g.index, g.error):
+        if prev is not None and prev._layout is layout and prev._values == values and (prev.index, prev.error, prev.pcie_replay_errors) == (g.index, g.error, g.pcie_replay_errors):
             return prev
         return GpuEntry(g, layout, values)
+
+    def pci(self, d: PciDevice, prev: PciEntry | None) -> PciEntry:
+        e = PciEntry(d)
+        if prev is not None:
+            if prev.aer == e.aer:
+                e.aer = prev.aer
+            if prev.key() == e.key():
+                return prev
+        return e
 
     def snapshot(self, s: NodeSnapshot, prev: NodeSnapshot | None) -> NodeSnapshot:
         """``s`` as a compact history entry (``prev``: the entry before it, compact)."""
@@ -283,7 +310,12 @@ class Compactor:
         hcas: tuple[Any, ...] = tuple(self.hca(h, ph.get(h.name)) for h in s.hcas)
         netdevs: tuple[Any, ...] = tuple(self.netdev(n, pn.get(n.name)) for n in s.netdevs)
         gpus: tuple[Any, ...] = tuple(self.gpu(g, pg.get(g.pci_bus_id)) for g in s.nvml.gpus)
+        # PCI functions with AER counters (those the pci_errors probe reads; they carry the
+        # re-read links too): what check_aer and check_retrained compare.
+        pp: dict[str, Any] = {d.bdf: d for d in prev.pci} if prev is not None else {}
+        pci: tuple[Any, ...] = tuple(self.pci(d, pp.get(d.bdf)) for d in s.pci if d.aer is not None)
         if prev is not None:
+            pci = _same(pci, prev.pci)
             hcas = _same(hcas, prev.hcas)
             netdevs = _same(netdevs, prev.netdevs)
             gpus = _same(gpus, prev.nvml.gpus)
@@ -292,7 +324,7 @@ class Compactor:
                                               gpus=gpus, error=None, asked=s.nvml.asked))
         return NodeSnapshot.model_construct(
             _SNAP_FIELDS, taken_at=s.taken_at, host_root=s.host_root, host_mode=s.host_mode, host_mode_reason=None,
-            system=_SYSTEM, pci=(), gpus=(), hcas=hcas, netdevs=netdevs, gdr=_GDR, nvml=nvml, probes=(), read_errors=())
+            system=_SYSTEM, pci=pci, gpus=(), hcas=hcas, netdevs=netdevs, gdr=_GDR, nvml=nvml, probes=(), read_errors=())
 
 
 T2 = TypeVar("T2")

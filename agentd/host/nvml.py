@@ -1,4 +1,4 @@
-"""GPUs, NVLinks and fabric state from NVML.
+"""GPUs, NVLinks, fabric state and PCIe replay counters from NVML.
 
 Live (the running kernel's root: ``/``, or a container's ``/host``): nvidia-ml-py (``pynvml``), imported lazily so that agentd starts
 on nodes without it. No library or no driver is a normal answer (``available=False``).
@@ -245,6 +245,9 @@ class _Live:
             max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
             fields["nvlinks"] = tuple(link for link in (self.link(h, n, i) for n in range(max_links)) if link is not None)
             fields["fabric_state"], fields["fabric_status"] = self.fabric(h)
+            if hasattr(nv, "nvmlDeviceGetPcieReplayCounter"):
+                replay = self.call(f"nvmlDeviceGetPcieReplayCounter({i})", lambda: nv.nvmlDeviceGetPcieReplayCounter(h), (_NOT_SUPPORTED,))
+                fields["pcie_replay_errors"] = None if replay is None else int(replay)
         except nv.NVMLError as e:  # GPU_IS_LOST from any call above
             fields["error"] = self.msg(e)
         return NvmlGpu(**fields)

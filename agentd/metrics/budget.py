@@ -12,14 +12,14 @@ Series one node exports at the default settings and with every `[metrics]` detai
 (one collection of the simulated node, judged and rendered as the daemon renders it; the
 running daemon adds about 40 of its own: collection tiers, written files, process). A fleet
 multiplies these by its node count: 10,000 h100-ib nodes carry about 11 M series at the
-defaults, 24 M with all detail on. `tests/golden/test_series_budget.py` measures them and
+defaults, 25 M with all detail on. `tests/golden/test_series_budget.py` measures them and
 fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,073 | 2,369 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 1,897 | 4,345 |
-| `no-gpu-no-hca` (a node without GPUs or HCAs) | 87 | 87 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,144 | 2,539 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,024 | 4,667 |
+| `no-gpu-no-hca` (a node without GPUs or HCAs) | 93 | 93 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
 agentd.toml, docs/config.md):
@@ -30,7 +30,7 @@ agentd.toml, docs/config.md):
 | `agentd_nvlink_state`, `agentd_nvlink_info` for every link | `agentd_nvlink_links` and `agentd_nvlink_links_up` per GPU, `agentd_nvlink_remote_links` per GPU and remote end (NVSwitch), and `agentd_nvlink_state`/`agentd_nvlink_info` only for links that are not up | `nvlink_per_link` |
 | `agentd_ib_port_hw_counters_total` (port x unnamed counter) | `agentd_ib_hw_counters_total` per counter, summed over the node's ports (node_exporter exports no hw_counters; telegraf gathers them only with `gather_rdma`) | `ib_counters_per_port` |
 | `agentd_ib_port_pma_saturated` 0 for every fixed-width counter | the flag (1) only for a saturated counter, and `agentd_ib_pma_saturated_counters` for the node | - (a 0 flag says no more than the count) |
-| PCIe link speed/width and ACS of every bridge | link series for every GPU, HCA and NVSwitch, and for a bridge while it runs below its own maximum; the ACS flag where redirect is on, and `agentd_pcie_acs_redirect_bridges` | `pcie_bridges` |
+| PCIe link speed/width, ACS and AER totals of every bridge | link series for every GPU, HCA and NVSwitch, and for a bridge while it runs below its own maximum; the ACS flag where redirect is on, and `agentd_pcie_acs_redirect_bridges`; AER totals per GPU and HCA function, the bridges' summed per severity (`agentd_pcie_aer_bridge_errors_total`) | `pcie_bridges` |
 | RoCE per-priority counters for priorities 0-7 | `roce.priority` (the lossless class) on its own, the other seven summed as `priority="other"` | `roce_every_priority` |
 
 Trade-offs. A counter series that appears only once it is non-zero loses its first

@@ -1,4 +1,4 @@
-"""Node metrics: GPUs (NVML), NVLink, PCIe links and GPU-NIC paths, GPUDirect RDMA."""
+"""Node metrics: GPUs (NVML), NVLink, PCIe links, AER errors and GPU-NIC paths, GPUDirect RDMA."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_pcie_acs_redirect_enabled", G, "1 when ACS P2P request/completion redirect is on (forces GPU-NIC peer traffic through the root complex); only bridges where it is on (every bridge whose ACS is readable with metrics.pcie_bridges).", PCI),
     Family("agentd_pcie_acs_redirect_bridges", G, "Bridges above a GPU, HCA or NVSwitch with ACS redirect on (absent when no bridge's ACS is readable).", ()),
     Family("agentd_pcie_config_space_truncated", G, "PCI functions agentd watches whose config space the kernel cut short (64 bytes without CAP_SYS_ADMIN): their port type and ACS are unknown.", ()),
+    Family("agentd_pcie_aer_errors_total", C, "PCIe AER error totals the kernel counted for the function (aer_dev_correctable/nonfatal/fatal TOTAL_ERR_* lines; severity correctable, nonfatal, fatal) of every GPU and HCA (and every bridge above them with metrics.pcie_bridges); absent when the function has no AER statistics.", ("pci_bus_id", "severity")),
+    Family("agentd_pcie_aer_bridge_errors_total", C, "PCIe AER error totals summed over the bridges above the GPUs and HCAs, by severity (errors of an endpoint's link often count at the port above it); per bridge in agentd_pcie_aer_errors_total with metrics.pcie_bridges.", ("severity",)),
+    Family("agentd_gpu_pcie_replay_errors_total", C, "PCIe replays (link-level retransmissions) of the GPU since boot, from NVML (nvmlDeviceGetPcieReplayCounter; dcgm-exporter's DCGM_FI_DEV_PCIE_REPLAY_COUNTER).", GP),
     Family("agentd_pcie_gpu_nic_path", G, "PCIe path from a GPU to an HCA, as rank: 1 PIX, 2 PXB, 3 PHB, 4 NODE, 5 SYS (lower is closer).", ("gpu", "pci_bus_id", "device", "path")),
     Family("agentd_pcie_gpu_nearest_nic_info", G, "The compute HCA(s) closest to each GPU, with the path type (value 1).", ("gpu", "pci_bus_id", "device", "path")),
     Family("agentd_gdr_available", G, "1 when GPUDirect RDMA can register GPU memory (nvidia_peermem registered, or DMA-BUF usable).", ()),
@@ -140,10 +143,29 @@ def _pcie(x: Exposition, s: MetricsSource, snap: NodeSnapshot) -> None:
             acs_on += redirect
             if redirect or every_bridge:
                 x.add("agentd_pcie_acs_redirect_enabled", lab, redirect)
+    _aer(x, snap, roles, every_bridge)
     if roles:
         x.add("agentd_pcie_config_space_truncated", (), truncated)
     if acs_known:
         x.add("agentd_pcie_acs_redirect_bridges", (), acs_on)
+
+
+def _aer(x: Exposition, snap: NodeSnapshot, roles: dict[str, str], every_bridge: bool) -> None:
+    """AER totals per GPU/HCA function; the bridges' summed (per bridge with pcie_bridges)."""
+    bridges: dict[str, int] = {}
+    for d in snap.pci:
+        if d.aer is None:
+            continue
+        for severity in ("correctable", "nonfatal", "fatal"):
+            counts = getattr(d.aer, severity)
+            if counts is None:
+                continue
+            if roles.get(d.bdf) == "bridge" and not every_bridge:
+                bridges[severity] = bridges.get(severity, 0) + counts.total
+            else:
+                x.add("agentd_pcie_aer_errors_total", (bus_id_label(d.bdf), severity), counts.total)
+    for severity, total in bridges.items():
+        x.add("agentd_pcie_aer_bridge_errors_total", (severity,), total)
 
 
 def cache_key(s: MetricsSource) -> tuple[object, ...] | None:
@@ -170,6 +192,8 @@ def render(x: Exposition, s: MetricsSource) -> None:
             if ng.fabric_state is not None:
                 x.add("agentd_gpu_fabric_info", (*lab, ng.fabric_state, ng.fabric_status or ""), 1)
             _nvlinks(x, lab, ng, s.config.metrics.nvlink_per_link)
+            if ng.pcie_replay_errors is not None:
+                x.add("agentd_gpu_pcie_replay_errors_total", lab, ng.pcie_replay_errors)
         ranked = sorted(g.nic_paths.items(), key=lambda kv: (int(PathType[kv[1]]), kv[0]))
         for hca, path in ranked:
             x.add("agentd_pcie_gpu_nic_path", (*lab, hca, path), int(PathType[path]))

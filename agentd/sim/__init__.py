@@ -20,7 +20,7 @@ nvml.json schema: ``{"driver_version": "550.90.07", "cuda_driver_version": 12040
 "nvlinks": [{"link", "state": "up"|"down", "remote_pci_bus_id", "remote_type":
 "nvswitch"|"gpu", "version": 4, "errors": {"crc_flit", "crc_data", "replay",
 "recovery"}}], "fabric_state": "completed"|"in_progress"|"not_started"|null,
-"fabric_status": "success"|null, "error": null|"GPU is lost"}], optional "hang_s"
+"fabric_status": "success"|null, "pcie_replay_errors": 0, "error": null|"GPU is lost"}], optional "hang_s"
 (seconds every NVML call blocks), optional "init_error" (nvmlInit fails with it)}``.
 
 Where a regular file cannot behave like sysfs, the tree says so by absence: empty GID

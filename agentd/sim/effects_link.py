@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Sequence
 
+from agentd.sim import aer
 from agentd.sim.net import format_mlnx_qos
 from agentd.sim.pci import PciNode, pci_device_paths
 from agentd.sim.pcicfg import GEN_SPEED, SPEED_GEN, set_acs_ctrl, set_link_status
@@ -269,3 +270,29 @@ def acs_apply(ctx: Ctx, t: Target, ctrl: int) -> None:
 
 def acs_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [f"{_bridge_above(ctx, t).rel}/config"]
+
+
+# -- PCIe error counters (AER, NVML replays) -------------------------------------------
+# The error type each fault counts: a completion timeout (the common non-fatal one), a
+# data link protocol error (fatal), a bad TLP (corrected by a replay).
+AER_TYPES = {"nonfatal": "CmpltTO", "fatal": "DLP", "correctable": "BadTLP"}
+
+
+def _aer_dir(ctx: Ctx, t: Target) -> str:
+    return _need(ctx, ctx.layout[t.bdf].rel)  # type: ignore[index]
+
+
+def aer_uncorrectable_apply(ctx: Ctx, t: Target, severity: str) -> None:
+    aer.advance(ctx.path(_aer_dir(ctx, t)), severity, AER_TYPES[severity], 1)
+
+
+def aer_correctable_apply(ctx: Ctx, t: Target, n: int) -> None:
+    aer.advance(ctx.path(_aer_dir(ctx, t)), "correctable", AER_TYPES["correctable"], n)
+
+
+def aer_advancing(severity: str | None) -> Callable[[Ctx, Target, object], list[str]]:
+    """The AER file a fault advances (``severity`` None: the one VALUE names)."""
+    def paths(ctx: Ctx, t: Target, v: object) -> list[str]:
+        return [f"{ctx.layout[t.bdf].rel}/{aer.FILES[str(severity or v)][0]}"]  # type: ignore[index]
+
+    return paths

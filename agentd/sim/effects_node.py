@@ -106,6 +106,13 @@ def nvlink_errors_apply(ctx: Ctx, t: Target, n: int) -> None:
     ctx.save_nvml(data)
 
 
+def pcie_replay_apply(ctx: Ctx, t: Target, n: int) -> None:
+    data = ctx.nvml()
+    g = _nvml_gpu(ctx, data, t)
+    g["pcie_replay_errors"] = (g.get("pcie_replay_errors") or 0) + n
+    ctx.save_nvml(data)
+
+
 def nvml_file(ctx: Ctx, t: Target, v: object) -> list[str]:
     return [".agentd/nvml.json"]
 

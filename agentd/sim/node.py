@@ -125,6 +125,7 @@ def nvml_data(profile: Profile) -> dict[str, Any]:
                 "nvlinks": links,
                 "fabric_state": "completed" if nvsw else None,
                 "fabric_status": "success" if nvsw else None,
+                "pcie_replay_errors": 0,
                 "error": None,
             }
         )

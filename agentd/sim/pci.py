@@ -6,7 +6,7 @@ lower of the two ends of its link); the other writers and the faults use it to f
 
 PCI device directories hold: class, vendor, device, subsystem_vendor, subsystem_device,
 revision, numa_node, local_cpulist, local_cpus, {current,max}_link_{speed,width},
-config (4096 bytes, see pcicfg), and the links ``driver`` -> bus/pci/drivers/<drv> (the
+config (4096 bytes, see pcicfg), aer_dev_{correctable,nonfatal,fatal} (zero counts, see aer), and the links ``driver`` -> bus/pci/drivers/<drv> (the
 driver directory exists and holds the matching bind link) and ``subsystem`` -> bus/pci.
 Bridges also get secondary/subordinate_bus_number and ``pci_bus/<dddd:bb>`` (linked from
 class/pci_bus, which NCCL walks), as do host bridges (``pci0000:XX/pci_bus/0000:XX``).
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentd.sim.aer import write_aer
 from agentd.sim.pcicfg import GEN_SPEED, SPEED_GEN, build_config
 from agentd.sim.profiles import MODELS, DeviceModel, Endpoint, Profile, RootPort, Switch
 from agentd.sim.tree import cpumask, symlink, write_attr, write_bytes
@@ -142,6 +143,7 @@ def write_pci_node(root: Path, profile: Profile, n: PciNode) -> None:
         buses=n.buses,
     )
     write_bytes(d / "config", cfg)
+    write_aer(d)
     symlink(d / "subsystem", root / "sys/bus/pci")
     symlink(root / "sys/bus/pci/devices" / n.bdf, d)
     if m.driver:

@@ -12,7 +12,10 @@ stable text); then the fault is cleared and ``/health`` returns to ok, the metri
 Counter faults are judged from the daemon's own history. Where their window cannot pass
 within a CI run, recovery is driven explicitly (the ``recovery`` column says how):
 - ``thresholds.flap_window_s`` is 6 s here, so flapping (and the link_downed jump of
-  counter_saturated) clears by itself once the window has passed;
+  counter_saturated) clears by itself once the window has passed; so does the
+  pcie.link.retrained warning of pcie_downtrained (``thresholds.pcie_retrain_window_s`` 6 s);
+- pcie_replay and the AER faults advance counters judged over the rate window: the test
+  resets them as below;
 - nvlink_errors (600 s rate window) and pause_storm (60 s window) use windows that are
   left at their defaults here (thresholds.rate_window_s / short_rate_window_s), and the
   simulator leaves such counters advanced on clear, as a real node would; the test then
@@ -48,6 +51,7 @@ from tests.support.daemon_harness import REACT_S, ROOT, Daemons, at_rest, findin
 pytestmark = pytest.mark.e2e
 
 FLAP_WINDOW_S = 6.0
+RETRAIN_WINDOW_S = 6.0
 HANG_S = 2
 KERNEL_WINDOW_S = 6.0  # kernel.window_s and hold_s: a kernel log fault clears once this has passed
 MATRIX_ENV = "AGENTD_WRITE_FAULT_MATRIX"
@@ -105,7 +109,9 @@ CASES: dict[str, Case] = {
     "peermem_gone": Case(("gdr_path_info{path=dmabuf} 1", _eq("agentd_gdr_path_info", 1, path="dmabuf")), note="open module: DMA-BUF keeps GDR, node stays ok"),
     "dmabuf_only": Case(("gdr_path_info{path=dmabuf} 1", _eq("agentd_gdr_path_info", 1, path="dmabuf")), note="node stays ok"),
     "no_gdr": Case(("gdr_available 0", _eq("agentd_gdr_available", 0))),
-    "pcie_downtrained": Case(("pcie_link_current_width lower", _lt("agentd_pcie_link_current_width_lanes", pci_bus_id="00000000:18:00.0"))),
+    "pcie_downtrained": Case(("pcie_link_current_width lower", _lt("agentd_pcie_link_current_width_lanes", pci_bus_id="00000000:18:00.0")),
+                             extra_wait_s=RETRAIN_WINDOW_S, recovery="retrain window passed",
+                             note=f"the port above also reads as pcie.link.retrained (warning) until pcie_retrain_window_s ({RETRAIN_WINDOW_S:g} s) passed"),
     "acs_on": Case(("pcie_acs_redirect_enabled 1", _eq("agentd_pcie_acs_redirect_enabled", 1, pci_bus_id="00000000:16:01.0"))),
     "mtu_mismatch": Case(("netdev_mtu_bytes 1500", _eq("agentd_netdev_mtu_bytes", 1500, netdev="ens1np0")), leaves="mlx5_0:1"),
     "ecn_off": Case(("roce_ecn_enabled{np,prio 3} 0", _eq("agentd_roce_ecn_enabled", 0, point="np", **ROCE0)), leaves="mlx5_0:1"),
@@ -130,6 +136,12 @@ CASES: dict[str, Case] = {
     "nvml_init_error": Case(("nvml_gpus 0 of 8", lambda m, b: sample(m, "agentd_nvml_gpus") == 0 and sample(m, "agentd_nvml_gpus_expected") == 8)),
     "ethtool_failure": Case(("probe_read_errors{ethtool} > 0", lambda m, b: (sample(m, "agentd_probe_read_errors", probe="ethtool") or 0) > 0
                              or sample(m, "agentd_probe_success", probe="ethtool") == 0)),
+    "aer_uncorrectable": Case(("pcie_aer_errors_total{fatal} +1", _rose("agentd_pcie_aer_errors_total", 1, pci_bus_id="00000000:18:00.0", severity="fatal")),
+                              reset_counters=True, recovery="counters reset", note="aer_uncorrectable=fatal; AER counters only reset with the device (re-enumeration, reboot): the test resets them"),
+    "aer_correctable": Case(("pcie_aer_errors_total{correctable} +1000", _rose("agentd_pcie_aer_errors_total", 1000, pci_bus_id="00000000:17:00.0", severity="correctable")),
+                            reset_counters=True, recovery="counters reset", note="more than thresholds.pcie_aer_correctable_max (100) within the rate window"),
+    "pcie_replay": Case(("gpu_pcie_replay_errors_total +1000", _rose("agentd_gpu_pcie_replay_errors_total", 1000, **GPU0)),
+                        reset_counters=True, recovery="counters reset", note="600 s rate window: recovered after the replay counter reset"),
     "fabric_incomplete": Case(("gpu_fabric_info{in_progress} 1", _eq("agentd_gpu_fabric_info", 1, state="in_progress", **GPU0)),
                               note="all 8 GPUs critical"),
     # Kernel log faults: the log only grows, so the finding goes when kernel.hold_s /
@@ -156,7 +168,7 @@ def render_matrix(rows: dict[str, dict[str, str]]) -> str:
 @pytest.fixture(scope="module")
 def matrix(request, tmp_path_factory):
     rows: dict[str, dict[str, str]] = {}
-    daemons = Daemons(tmp_path_factory.mktemp("matrix"), f"[thresholds]\nflap_window_s = {FLAP_WINDOW_S}\n\n[kernel]\nwindow_s = {KERNEL_WINDOW_S}\nhold_s = {KERNEL_WINDOW_S}\n")
+    daemons = Daemons(tmp_path_factory.mktemp("matrix"), f"[thresholds]\nflap_window_s = {FLAP_WINDOW_S}\npcie_retrain_window_s = {RETRAIN_WINDOW_S}\n\n[kernel]\nwindow_s = {KERNEL_WINDOW_S}\nhold_s = {KERNEL_WINDOW_S}\n")
     yield daemons, rows
     daemons.close()
     text = render_matrix(rows)
@@ -174,9 +186,9 @@ def matrix(request, tmp_path_factory):
             "*metrics*: `agentd_finding{...} 1` and the area metric shown; *NCCL files*: the port leaves `NCCL_IB_HCA`,\n"
             "or nccl.env is untouched (same inode and mtime, same text); *recovered*: after clearing, /health is 200 ok\n"
             "with no findings, the metrics and nccl.env are back to their pre-fault content.\n\n"
-            f"Daemon config: intervals fast 0.2 s, medium 0.4 s, slow 0.8 s; NVML timeout 0.5 s; thresholds.flap_window_s {FLAP_WINDOW_S:g} s; kernel.window_s and hold_s {KERNEL_WINDOW_S:g} s.\n"
+            f"Daemon config: intervals fast 0.2 s, medium 0.4 s, slow 0.8 s; NVML timeout 0.5 s; thresholds.flap_window_s {FLAP_WINDOW_S:g} s, pcie_retrain_window_s {RETRAIN_WINDOW_S:g} s; kernel.window_s and hold_s {KERNEL_WINDOW_S:g} s.\n"
             "Counter faults are judged from the daemon's own history. flapping and counter_saturated clear once the flap window\n"
-            "has passed; nvlink_errors and pause_storm use the default 600 s / 60 s rate windows and the simulator leaves counters\n"
+            "has passed, pcie_downtrained once the retrain window has; nvlink_errors, pause_storm, pcie_replay and the AER faults use the default 600 s / 60 s rate windows and the simulator leaves counters\n"
             "advanced on clear (as a real node would), so the test resets those counters (`nvidia-smi nvlink -r`, driver reload)\n"
             "and the daemon reads the reset and stops reporting a rate. counter_reset is an event: the warning shows for one\n"
             "publish (about one fast interval), so the test resets again until it has seen it.\n\n" + text

@@ -72,7 +72,7 @@ def agentd_cmd() -> list[str]:
     exe = ROOT / ".venv" / "bin" / "agentd"
     if exe.exists():
         return [str(exe)]
-    return [sys.executable, "-m", "agentd.daemon.app"]
+    return [sys.executable, "-m", "agentd"]
 
 
 def free_port() -> int:

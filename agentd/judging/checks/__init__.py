@@ -19,6 +19,7 @@ from agentd.judging.checks import (
     names,
     nvlink,
     pcie,
+    pcie_errors,
     probes,
     roce,
 )
@@ -41,6 +42,9 @@ CHECKS: tuple[Check, ...] = (
     pcie.check_gpu_nic_paths,
     pcie.check_acs,
     pcie.check_config_space,
+    pcie_errors.check_aer,
+    pcie_errors.check_replay,
+    pcie_errors.check_retrained,
     mtu.check_mtu,
     roce.check_roce,
     nvlink.check_nvml_blind,
