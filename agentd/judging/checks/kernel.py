@@ -66,7 +66,7 @@ def _subject(snap: NodeSnapshot, e: KernelEvent) -> Subject:
 def _aer_from_counters(snap: NodeSnapshot, bus: str | None) -> bool:
     """Whether the sysfs AER counters of this function are read (they judge it then)."""
     dev = snap.pci_device(bus) if bus else None
-    return dev is not None and getattr(dev, "aer", None) is not None
+    return dev is not None and dev.aer is not None
 
 
 def _label(e: KernelEvent, p: EventPolicy) -> str:
