@@ -17,9 +17,9 @@ fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,064 | 2,360 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 1,888 | 4,336 |
-| `no-gpu-no-hca` (a node without GPUs or HCAs) | 81 | 81 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,065 | 2,361 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 1,889 | 4,337 |
+| `no-gpu-no-hca` (a node without GPUs or HCAs) | 82 | 82 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
 agentd.toml, docs/config.md):
