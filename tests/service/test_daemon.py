@@ -366,3 +366,25 @@ async def test_a_link_change_collects_the_fast_tier_on_any_root_when_rtnetlink_i
     assert not d.links.active
     theirs.close()
 
+
+
+async def test_a_reload_turns_the_link_watcher_on_and_off(tmp_path):
+    pairs: list[tuple[socket.socket, socket.socket]] = []
+
+    def opener():
+        pairs.append(socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))
+        pairs[-1][0].setblocking(False)
+        return pairs[-1][0]
+
+    d, _ = make(tmp_path, link_opener=opener)  # rtnetlink off, and a simulated-looking root: auto would be off too
+    task = asyncio.create_task(d.run())
+    assert await until(lambda: d.state.ready)
+    assert not d.links.active and not pairs
+    d.apply_config(d.config.model_copy(update={"events": EventSettings(rtnetlink="on")}))
+    assert d.links.active and len(pairs) == 1
+    d.apply_config(d.config.model_copy(update={"events": EventSettings(rtnetlink="auto")}))
+    assert not d.links.active and pairs[0][0].fileno() == -1  # closed
+    d.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    for _, theirs in pairs:
+        theirs.close()
