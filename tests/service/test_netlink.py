@@ -250,3 +250,40 @@ async def test_a_live_veth_carrier_loss_arrives():
             w.stop()
     finally:
         subprocess.run(["ip", "link", "del", a], capture_output=True, timeout=10)
+
+
+async def test_lost_notifications_collect_to_be_sure():
+    import errno
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.setblocking(False)
+
+    class Overrun:  # the kernel's answer when its socket buffer overflowed: ENOBUFS, once
+        raised = False
+
+        def fileno(self):
+            return ours.fileno()
+
+        def recv(self, n):
+            if not self.raised:
+                self.raised = True
+                raise OSError(errno.ENOBUFS, os.strerror(errno.ENOBUFS))
+            return ours.recv(n)
+
+        def close(self):
+            ours.close()
+
+    fired = []
+    snap = snapshot(Netdev(name="eth0", ifindex=2, type=1, operstate="up", carrier=True))
+    w = LinkWatcher(trigger=lambda: fired.append(1), snapshot=lambda: snap, log=Log(), opener=Overrun)
+    assert w.start(asyncio.get_running_loop())
+    try:
+        theirs.send(link_msg("eth0", ifindex=2))  # as the snapshot knows it: would not trigger on its own
+        for _ in range(100):
+            if w.counts.get("unchanged"):
+                break
+            await asyncio.sleep(0.01)
+        assert fired == [1] and w.counts == {"overrun": 1, "unchanged": 1} and w.active
+    finally:
+        w.stop()
+        theirs.close()
