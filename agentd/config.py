@@ -66,7 +66,17 @@ class Intervals(Section):
     slow_s: float = Field(30.0, gt=0, le=86400, description="PCI tree and config space, GID tables, HCA inventory and port netdevs, system info.")
     stale_after: float = Field(3.0, ge=1.5, le=100, description="Data is stale (and /health 503) when the last full collection is older than this many slow intervals.")
     event_debounce_s: float = Field(0.5, ge=0, le=60, description="udev events within this window trigger one re-collection.")
+    link_event_debounce_s: float = Field(0.02, ge=0, le=10, description="rtnetlink link changes within this window trigger one fast-tier collection (events.rtnetlink).")
     check_rate_window_s: float = Field(2.0, ge=0, le=60, description="`agentd check`: seconds between the two collections used for counter rates (0: one collection, no rates).")
+
+
+class EventSettings(Section):
+    """Kernel notifications that trigger collections between the scheduled ones."""
+
+    rtnetlink: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Watch rtnetlink link notifications: a carrier or operstate change of an RDMA port's netdev (RoCE) or an IPoIB netdev collects the fast tier at once. auto: on a live host root only; on: any root (the notifications are always the running kernel's: for tests and benchmarks on a simulated root); off: the fast-tier poll only.",
+    )
 
 
 class Timeouts(Section):
@@ -229,6 +239,7 @@ class AgentConfig(Section):
     web: WebSettings = Field(default_factory=WebSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     metrics: MetricsDetail = Field(default_factory=MetricsDetail)
+    events: EventSettings = Field(default_factory=EventSettings)
 
     @field_validator("listen")
     @classmethod

@@ -52,9 +52,10 @@ def hca_listed(env_file: Path, port: str) -> bool | None:
     return None
 
 
-async def until(session, d: Agentd, port: str, want_status: int, want_listed: bool, limit_s: float, poll_s: float) -> tuple[float | None, float | None]:
-    """Seconds until /health answers want_status and until nccl.env's listing is want_listed."""
-    t0 = time.monotonic()
+async def until(session, d: Agentd, port: str, want_status: int, want_listed: bool, limit_s: float, poll_s: float,
+                t0: float | None = None) -> tuple[float | None, float | None]:
+    """Seconds (from t0, default now) until /health answers want_status and until nccl.env's listing is want_listed."""
+    t0 = time.monotonic() if t0 is None else t0
     t_health = t_env = None
     while time.monotonic() - t0 < limit_s and (t_health is None or t_env is None):
         if t_health is None:

@@ -246,7 +246,8 @@ def clear_fault(root: Path, spec: str) -> None:
     sim.clear_fault(root, spec)
 
 
-def write_config(tmp: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None) -> Path:
+def write_config(tmp: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None,
+                 events: dict[str, str] | None = None) -> Path:
     """An agentd.toml with default intervals unless given; files go under ``tmp/out``."""
     out = tmp / "out"
     text = (
@@ -256,6 +257,8 @@ def write_config(tmp: Path, *, intervals: dict[str, float] | None = None, timeou
     for section, values in (("intervals", intervals), ("timeouts", timeouts)):
         if values:
             text += f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+    if events:
+        text += "[events]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in events.items())
     cfg = tmp / "agentd.toml"
     cfg.write_text(text)
     return cfg
@@ -275,9 +278,10 @@ def nccl_env_of(root: Path, tmp: Path) -> Path:
 class Agentd:
     """``agentd run`` on a host root, on a free loopback port, logging to ``tmp``."""
 
-    def __init__(self, tmp: Path, root: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None):
+    def __init__(self, tmp: Path, root: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None,
+                 events: dict[str, str] | None = None):
         self.tmp, self.root = tmp, root
-        self.config = write_config(tmp, intervals=intervals, timeouts=timeouts)
+        self.config = write_config(tmp, intervals=intervals, timeouts=timeouts, events=events)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.nccl_env = nccl_env_of(root, tmp)

@@ -5,7 +5,9 @@ Three tier loops (fast, medium, slow at ``config.intervals``) each run their pro
 its timeout) and then publish through the ``Publisher`` (agentd.daemon.publisher: judge,
 write, build the State); the daemon swaps the State whole, then sends systemd STATUS and
 logs the state changes. Publishes are serialised by a lock. A udev event (live host only) triggers one
-collection of every probe, debounced. HTTP handlers only read ``Daemon.state``.
+collection of every probe, debounced; an rtnetlink carrier/operstate change of a watched
+netdev (agentd.daemon.netlink; ``events.rtnetlink``) one collection of the fast tier,
+coalesced over ``intervals.link_event_debounce_s``. HTTP handlers only read ``Daemon.state``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from agentd.collection.history import History
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.connections import ServerLimits
-from agentd.daemon.events import UdevWatcher
+from agentd.daemon.events import Coalescer, UdevWatcher
 from agentd.daemon.health import status_line
 from agentd.daemon.http import HttpServer, build_app, web_options
 from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
+from agentd.daemon.netlink import LinkWatcher
 from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
@@ -66,6 +69,7 @@ class Daemon:
         notifier: Notifier | None = None,
         watchdog: Watchdog | None = _UNSET,
         udev_opener: Callable[[], Any] | None = None,
+        link_opener: Callable[[], Any] | None = None,
         log: Any = None,
     ):
         if collector is None:
@@ -81,6 +85,9 @@ class Daemon:
         self.log = log or get_logger()
         self.udev = UdevWatcher(debounce_s=config.intervals.event_debounce_s, trigger=self.trigger_full, log=self.log,
                                 **({"opener": udev_opener} if udev_opener else {}))
+        self.links = LinkWatcher(trigger=lambda: self.trigger_tier("fast"), snapshot=lambda: self._state.snapshot, log=self.log,
+                                 **({"opener": link_opener} if link_opener else {}))
+        self._tier_triggers: dict[str, Coalescer] = {}
         self.history = History(config.thresholds.history_size, spacing_s=config.intervals.medium_s, recent_s=config.thresholds.rate_window_s)
         self.started_at = time.time()
         self._state = State(seq=0, generated_at=self.started_at, started_at=self.started_at, config=config, stale_limits=self.stale_limits(config))
@@ -158,6 +165,7 @@ class Daemon:
                 tiers=tuple(self._tier_runs[t] for t in (*TIERS, "all", "event") if t in self._tier_runs),
                 reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active,
                 process=LazyMapping(process_stats), bench=self.bench.outcome, bench_findings=self.bench.findings(),
+                link_events=dict(self.links.counts), link_active=self.links.active,
             )  # fmt: skip
             state = await self.publisher.build(snap, ev, files, ctx)
             old, self._state = self._state, state
@@ -196,6 +204,21 @@ class Daemon:
             start = time.monotonic()
             await self._guarded(tier)
             next_at = max(start + getattr(self.config.intervals, f"{tier}_s"), time.monotonic())
+
+    def trigger_tier(self, tier: str) -> None:
+        """Collect one tier now (rtnetlink link changes): pokes within
+        ``intervals.link_event_debounce_s`` make one collection, and pokes while it runs one
+        more after it. Ignored until the first collection."""
+        if not self._state.ready or self._stop is None or self._stop.is_set():
+            return
+        c = self._tier_triggers.get(tier)
+        if c is None:
+            c = self._tier_triggers[tier] = Coalescer(asyncio.get_running_loop(), self.config.intervals.link_event_debounce_s, lambda: self._guarded(tier))
+        c.poke()
+
+    def links_wanted(self, config: AgentConfig) -> bool:
+        mode = config.events.rtnetlink
+        return mode == "on" or (mode == "auto" and self.host.is_live)
 
     def trigger_full(self) -> None:
         """Collect every probe now (udev events, reload). Ignored until the first collection."""
@@ -260,6 +283,13 @@ class Daemon:
         if (new.log_format, new.log_level) != (old.log_format, old.log_level):
             configure_logging(new.log_format, new.log_level)
         self.udev.set_debounce(new.intervals.event_debounce_s)
+        for c in self._tier_triggers.values():
+            c.delay_s = new.intervals.link_event_debounce_s
+        if self._stop is not None and not self._stop.is_set():
+            if self.links_wanted(new):
+                self.links.start(asyncio.get_running_loop())
+            else:
+                self.links.stop()
         for ev in self._wake.values():
             ev.set()
 
@@ -349,6 +379,8 @@ class Daemon:
             loop.add_signal_handler(sig, handler)
         if self.host.is_live:
             self.udev.start(loop)
+        if self.links_wanted(cfg):
+            self.links.start(loop)
         self._tasks = [
             asyncio.create_task(self._heartbeat(), name="agentd-heartbeat"),
             asyncio.create_task(self._startup(), name="agentd-startup"),
@@ -361,7 +393,10 @@ class Daemon:
             for sig in signals:
                 loop.remove_signal_handler(sig)
             self.udev.stop()
+            self.links.stop()
             tasks = [t for t in (*self._tasks, self._event_task) if t is not None]
+            for c in self._tier_triggers.values():
+                tasks.extend(c.cancel())
             for t in tasks:
                 t.cancel()
             await asyncio.wait(tasks, timeout=1.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 SUBSYSTEMS = ("infiniband", "net", "pci", "module")
 TRIGGER_ACTIONS = frozenset({"add", "remove", "change", "move", "bind", "unbind", "online", "offline"})
@@ -42,6 +42,55 @@ class Debouncer:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+class Coalescer:
+    """Run ``run`` once, ``delay_s`` after the first poke of a burst; a poke while it runs
+    makes exactly one more run after it (what changed during a collection is not lost),
+    however many pokes came."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay_s: float, run: Callable[[], Awaitable[None]]):
+        self._loop = loop
+        self.delay_s = delay_s
+        self._run = run
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self.runs = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._handle is not None or (self._task is not None and not self._task.done())
+
+    def poke(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._again = True
+        elif self._handle is None:
+            self._handle = self._loop.call_later(self.delay_s, self._start)
+
+    def _start(self) -> None:
+        self._handle = None
+        self._task = self._loop.create_task(self._body())
+
+    async def _body(self) -> None:
+        while True:
+            self._again = False
+            self.runs += 1
+            await self._run()
+            if not self._again:
+                return
+            await asyncio.sleep(self.delay_s)  # let the rest of that burst arrive too
+
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """Stop; returns the running task (cancelled) for the caller to await."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        task, self._task = self._task, None
+        if task is None or task.done():
+            return []
+        task.cancel()
+        return [task]
 
 
 def open_udev_monitor() -> Any:

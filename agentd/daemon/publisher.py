@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -46,6 +46,8 @@ class Context:
     process: Mapping[str, float]
     bench: Any = None
     bench_findings: tuple[Finding, ...] = ()
+    link_events: Mapping[str, int] = field(default_factory=dict)  # rtnetlink outcome -> count
+    link_active: bool = False
 
 
 class Publisher:
@@ -168,6 +170,7 @@ class Publisher:
             findings=ev.findings, stale_limits=ctx.stale_limits, compute_hcas=ev.roles.compute, hca_roles_source=ev.roles.source,
             expected=ev.expected, files=files, nccl_env=ev.nccl_env, nccl_problems=ev.nccl_problems, tiers=ctx.tiers,
             reload=ctx.reload, udev_events=ctx.udev_events, udev_active=ctx.udev_active, process=ctx.process,
+            link_events=ctx.link_events, link_active=ctx.link_active,
             bench=ctx.bench, render_metrics=REGISTRY.render,
         )  # fmt: skip
         topo_problems = getattr(ev.render, "topo_problems", ()) if ev.render is not None else ()

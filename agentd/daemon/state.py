@@ -48,6 +48,8 @@ class State:
     reload: ReloadStatus = field(default_factory=ReloadStatus)
     udev_events: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (subsystem, action) -> count
     udev_active: bool = False
+    link_events: Mapping[str, int] = field(default_factory=dict)  # rtnetlink notifications by outcome (agentd.daemon.netlink)
+    link_active: bool = False
     process: Mapping[str, float] = field(default_factory=dict)  # self stats sampled at build time
     bench: Any = None  # agentd.ncclbench.job.BenchOutcome of the last scheduled NCCL benchmark
     # The exposition of this State (the daemon passes agentd.daemon.exposition.REGISTRY.render):

@@ -1,5 +1,5 @@
 """Metrics about agentd itself: health and findings, probes, collections, written files,
-configuration reloads, udev events, build and process."""
+configuration reloads, udev and rtnetlink events, build and process."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_config_last_reload_timestamp_seconds", G, "Unix time of the latest configuration reload attempt.", ()),
     Family("agentd_udev_monitor_active", G, "1 when the udev monitor is running (live host root only).", ()),
     Family("agentd_udev_events_total", C, "udev events received, by subsystem and action.", ("subsystem", "action")),
+    Family("agentd_rtnetlink_monitor_active", G, "1 when rtnetlink link notifications are watched (events.rtnetlink).", ()),
+    Family("agentd_rtnetlink_link_events_total", C, "rtnetlink link notifications, by outcome: changed (a watched netdev's carrier or operstate changed: fast-tier collection), unchanged, unwatched, malformed, overrun.", ("outcome",)),
     Family("agentd_start_time_seconds", G, "Unix time the daemon started.", ()),
     Family("agentd_process_resident_memory_bytes", G, "Resident set size of the agentd process.", ()),
     Family("agentd_process_cpu_seconds_total", C, "User and system CPU time of the agentd process.", ()),
@@ -130,6 +132,9 @@ def render(x: Exposition, s: MetricsSource) -> None:
     x.add("agentd_udev_monitor_active", (), s.udev_active)
     for (subsystem, action), n in sorted(s.udev_events.items()):
         x.add("agentd_udev_events_total", (subsystem, action), n)
+    x.add("agentd_rtnetlink_monitor_active", (), s.link_active)
+    for outcome, n in sorted(s.link_events.items()):
+        x.add("agentd_rtnetlink_link_events_total", (outcome,), n)
 
     proc = s.process
     if "rss_bytes" in proc:

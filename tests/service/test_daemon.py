@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from agentd.collection.collector import PROBE_TIERS
-from agentd.config import AgentConfig, Intervals
+from agentd.config import AgentConfig, EventSettings, Intervals
 from agentd.daemon.daemon import Daemon
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
@@ -54,7 +54,8 @@ def fake_evaluate(findings=()):
 
 def config(tmp_path, **intervals) -> AgentConfig:
     iv = Intervals(fast_s=0.05, medium_s=0.1, slow_s=0.2, stale_after=20, **intervals)
-    c = AgentConfig(intervals=iv, nccl={"enabled": False}, paths={"baseline": str(tmp_path / "baseline.json")})
+    # rtnetlink off: tests that make the root live ("/") must not see the host's own link changes
+    c = AgentConfig(intervals=iv, nccl={"enabled": False}, paths={"baseline": str(tmp_path / "baseline.json")}, events={"rtnetlink": "off"})
     return c.model_copy(update={"listen": "127.0.0.1:0"})
 
 
@@ -311,3 +312,79 @@ async def test_sighup_reloads(tmp_path):
     assert await until(lambda: d.config.intervals.fast_s == 0.06)
     d.stop()
     assert await asyncio.wait_for(task, 5) == 0
+
+
+def fast_runs(col) -> int:
+    fast = {n for n, t in TIERS.items() if t == "fast"}
+    return sum(1 for r in col.runs if set(r) == fast)
+
+
+async def test_trigger_tier_coalesces_a_burst_and_follows_up_a_running_collection(tmp_path):
+    cfg = config(tmp_path).model_copy(update={"intervals": Intervals(fast_s=60, medium_s=60, slow_s=60, stale_after=20, link_event_debounce_s=0.05)})
+    d, col = make(tmp_path, cfg=cfg)
+    task = asyncio.create_task(d.run())
+    assert await until(lambda: d.state.ready)
+    for _ in range(5):
+        d.trigger_tier("fast")
+    assert await until(lambda: fast_runs(col) == 1)
+    col.block = asyncio.Event()
+    col.block.set()  # the next collection hangs until cleared
+    d.trigger_tier("fast")
+    assert await until(lambda: fast_runs(col) == 2)  # running, blocked
+    for _ in range(3):
+        d.trigger_tier("fast")  # during it: one follow-up, not three, not none
+    col.block.clear()
+    assert await until(lambda: fast_runs(col) == 3)
+    await asyncio.sleep(0.3)
+    assert fast_runs(col) == 3
+    d.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+
+
+async def test_a_link_change_collects_the_fast_tier_on_any_root_when_rtnetlink_is_on(tmp_path):
+    import struct
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.setblocking(False)
+    name = b"ens1np0\0"  # a port netdev of the fixture snapshot, down there
+    body = struct.pack("=BxHiII", 0, 1, 7, 0, 0) + struct.pack("=HH", 4 + len(name), 3) + name + struct.pack("=HHBxxx", 5, 16, 6) + struct.pack("=HHBxxx", 5, 33, 1)
+    up = struct.pack("=IHHII", 16 + len(body), 16, 0, 0, 0) + body  # RTM_NEWLINK: operstate up, carrier 1
+    cfg = config(tmp_path).model_copy(update={"intervals": Intervals(fast_s=60, medium_s=60, slow_s=60, stale_after=20), "events": EventSettings(rtnetlink="on")})
+    d, col = make(tmp_path, cfg=cfg, link_opener=lambda: ours)
+    task = asyncio.create_task(d.run())
+    assert await until(lambda: d.state.ready)
+    assert d.links.active and not d.host.is_live
+    theirs.send(up)
+    assert await until(lambda: fast_runs(col) == 1)
+    assert await until(lambda: d.state.link_events.get("changed") == 1 and d.state.link_active)
+    theirs.send(up)  # a repeat: no collection
+    assert await until(lambda: d.links.counts.get("unchanged") == 1)
+    await asyncio.sleep(0.2)
+    assert fast_runs(col) == 1
+    d.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    assert not d.links.active
+    theirs.close()
+
+
+
+async def test_a_reload_turns_the_link_watcher_on_and_off(tmp_path):
+    pairs: list[tuple[socket.socket, socket.socket]] = []
+
+    def opener():
+        pairs.append(socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))
+        pairs[-1][0].setblocking(False)
+        return pairs[-1][0]
+
+    d, _ = make(tmp_path, link_opener=opener)  # rtnetlink off, and a simulated-looking root: auto would be off too
+    task = asyncio.create_task(d.run())
+    assert await until(lambda: d.state.ready)
+    assert not d.links.active and not pairs
+    d.apply_config(d.config.model_copy(update={"events": EventSettings(rtnetlink="on")}))
+    assert d.links.active and len(pairs) == 1
+    d.apply_config(d.config.model_copy(update={"events": EventSettings(rtnetlink="auto")}))
+    assert not d.links.active and pairs[0][0].fileno() == -1  # closed
+    d.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    for _, theirs in pairs:
+        theirs.close()
