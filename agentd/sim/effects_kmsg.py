@@ -101,3 +101,31 @@ def nothing_to_restore(ctx: Ctx, t: Target, v: Any) -> list[Any]:
 def the_log(ctx: Ctx, t: Target, v: Any) -> list[str]:
     """What these faults leave where it is on clearing: the log (only grows)."""
     return [KMSG]
+
+
+# The root port's AER service prints one line per error message it receives, naming the
+# function that sent it (drivers/pci/pcie/aer.c; the wording of tests/fixtures/kmsg/aer.txt:
+# GSConnect issue 1052, pop-os/pop issue 751, geerlingguy/raspberry-pi-pcie-devices
+# issue 116, rwth-i6/returnn issue 1500).
+AER_RECEIVED = {
+    "correctable": "pcieport {port}: AER: Corrected error received: {bdf}",
+    "correctable_many": "pcieport {port}: AER: Multiple Corrected error received: {bdf}",
+    "nonfatal": "pcieport {port}: AER: Uncorrected (Non-Fatal) error received: {bdf}",
+    "fatal": "pcieport {port}: AER: Multiple Uncorrected (Fatal) error received: {bdf}",
+}
+
+
+def _root_port(ctx: Ctx, bdf: str) -> str:
+    node = ctx.layout.get(bdf)
+    while node is not None and node.parent is not None:
+        node = ctx.layout.get(node.parent)
+    return node.bdf if node is not None else bdf
+
+
+def aer_received(ctx: Ctx, t: Target, what: str, n: int = 1) -> None:
+    """The kernel log side of an AER error of the target's function (the counters are
+    effects_link's): the root port's "error received" line."""
+    if t.bdf is None:
+        return
+    key = "correctable_many" if what == "correctable" and n > 1 else what
+    append(ctx, [(3, AER_RECEIVED[key].format(port=_root_port(ctx, t.bdf), bdf=t.bdf))])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Sequence
 
-from agentd.sim import aer
+from agentd.sim import aer, effects_kmsg
 from agentd.sim.net import format_mlnx_qos
 from agentd.sim.pci import PciNode, pci_device_paths
 from agentd.sim.pcicfg import GEN_SPEED, SPEED_GEN, set_acs_ctrl, set_link_status
@@ -284,15 +284,17 @@ def _aer_dir(ctx: Ctx, t: Target) -> str:
 
 def aer_uncorrectable_apply(ctx: Ctx, t: Target, severity: str) -> None:
     aer.advance(ctx.path(_aer_dir(ctx, t)), severity, AER_TYPES[severity], 1)
+    effects_kmsg.aer_received(ctx, t, severity)
 
 
 def aer_correctable_apply(ctx: Ctx, t: Target, n: int) -> None:
     aer.advance(ctx.path(_aer_dir(ctx, t)), "correctable", AER_TYPES["correctable"], n)
+    effects_kmsg.aer_received(ctx, t, "correctable", n)
 
 
-def aer_advancing(severity: str | None) -> Callable[[Ctx, Target, object], list[str]]:
-    """The AER file a fault advances (``severity`` None: the one VALUE names)."""
+def aer_advancing(severity: str | None, *also: str) -> Callable[[Ctx, Target, object], list[str]]:
+    """The AER file a fault advances (``severity`` None: the one VALUE names), and ``also``."""
     def paths(ctx: Ctx, t: Target, v: object) -> list[str]:
-        return [f"{ctx.layout[t.bdf].rel}/{aer.FILES[str(severity or v)][0]}"]  # type: ignore[index]
+        return [f"{ctx.layout[t.bdf].rel}/{aer.FILES[str(severity or v)][0]}", *also]  # type: ignore[index]
 
     return paths

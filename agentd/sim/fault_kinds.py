@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from agentd.sim import effects_kmsg as K
 from agentd.sim import effects_link as L
 from agentd.sim import effects_node as N
+from agentd.sim.node import KMSG
 from agentd.sim.pcicfg import ACS_KERNEL_ENABLE
 from agentd.sim.targets import Ctx, Restorable, Target
 
@@ -105,10 +106,10 @@ _KINDS = [
          L.pcie_downtrained_apply, L.pcie_downtrained_restores, _choice("speed", "width", "both"), L.downtrain_default, "speed|width|both (default: width on a GPU, speed otherwise)"),
     Kind("acs_on", "device", "ACS Control of the bridge directly above the device (the switch downstream port above a GPU) set to VALUE (default 0x1d = SV|RR|CR|UF, what Linux enables; bit 2 RR = P2P Request Redirect)",
          L.acs_apply, L.acs_restores, _int(1, 0x7F), _const(ACS_KERNEL_ENABLE), "ACS control bits (default 0x1d)", fmt=lambda v: f"0x{v:02x}"),
-    Kind("aer_uncorrectable", "device", "the device's AER statistics: aer_dev_nonfatal (VALUE nonfatal, default: CmpltTO +1) or aer_dev_fatal (VALUE fatal: DLP +1), and its TOTAL_ERR_* line +1 (advanced)",
-         L.aer_uncorrectable_apply, _none, _choice("nonfatal", "fatal"), _const("nonfatal"), "nonfatal|fatal", L.aer_advancing(None)),
-    Kind("aer_correctable", "device", "the device's aer_dev_correctable: BadTLP += N (default 1000) and TOTAL_ERR_COR += N (advanced)",
-         L.aer_correctable_apply, _none, _int(1, 10**12), _const(1000), "N corrected errors", L.aer_advancing("correctable")),
+    Kind("aer_uncorrectable", "device", "the device's AER statistics, and the root port's 'AER: ... error received' line in dev/kmsg: aer_dev_nonfatal (VALUE nonfatal, default: CmpltTO +1) or aer_dev_fatal (VALUE fatal: DLP +1), and its TOTAL_ERR_* line +1 (advanced)",
+         L.aer_uncorrectable_apply, _none, _choice("nonfatal", "fatal"), _const("nonfatal"), "nonfatal|fatal", L.aer_advancing(None, KMSG)),
+    Kind("aer_correctable", "device", "the device's aer_dev_correctable (and the root port's 'AER: Multiple Corrected error received' line in dev/kmsg): BadTLP += N (default 1000) and TOTAL_ERR_COR += N (advanced)",
+         L.aer_correctable_apply, _none, _int(1, 10**12), _const(1000), "N corrected errors", L.aer_advancing("correctable", KMSG)),
     Kind("pcie_replay", "gpu", "nvml.json pcie_replay_errors of the GPU += N (default 1000; advanced)",
          N.pcie_replay_apply, _none, _int(1, 10**12), _const(1000), "N replays", N.nvml_file),
     Kind("mtu_mismatch", "netdev", "netdev mtu set to VALUE (default 1500; 9000 when it already is 1500)",

@@ -126,3 +126,18 @@ def test_an_unreadable_log_is_a_fact_not_a_sick_node():
     found = [f for f in run_checks(CheckInput(snapshot=snap, history=(), config=AgentConfig())) if f.code.startswith("kernel.")]
     assert [(f.code, f.severity) for f in found] == [("kernel.log.unreadable", "ok")]
     assert check_events(CheckInput(snapshot=snap.model_copy(update={"kernel": KernelLog(asked=False)}), history=(), config=AgentConfig())) == []
+
+
+def test_aer_lines_of_a_function_with_counters_are_judged_by_the_counters_once_they_cover_it(tmp_path):
+    from agentd.model import PciDevice, PcieAer
+
+    log = fixture(tmp_path, "aer.txt")
+    fatal = next(e for e in log.events if e.code == "fatal")
+    dev = PciDevice(bdf=fatal.device, class_code=0x060400, aer=PcieAer())
+    snap = NodeSnapshot(taken_at=fatal.at + 10, host_root="/x", pci=(dev,), kernel=log)
+    codes = lambda hist: {f.code for f in check_events(CheckInput(snapshot=snap, history=hist, config=AgentConfig()))}  # noqa: E731
+    # no reading before the error (it was in the ring buffer at start, or `agentd check`): the line judges
+    assert "pcie.aer.fatal" in codes(())
+    assert "pcie.aer.fatal" in codes((snap.model_copy(update={"taken_at": fatal.at + 1}),))
+    # a reading before it: the counters' rise is in the history; pcie_errors judges, not this check
+    assert "pcie.aer.fatal" not in codes((snap.model_copy(update={"taken_at": fatal.at - 1}),))

@@ -63,10 +63,15 @@ def _subject(snap: NodeSnapshot, e: KernelEvent) -> Subject:
     return pci_subject(bus)
 
 
-def _aer_from_counters(snap: NodeSnapshot, bus: str | None) -> bool:
-    """Whether the sysfs AER counters of this function are read (they judge it then)."""
-    dev = snap.pci_device(bus) if bus else None
-    return dev is not None and dev.aer is not None
+def _aer_from_counters(inp: CheckInput, e: KernelEvent) -> bool:
+    """Whether the sysfs AER counters of this function judge the event (pcie_errors): they
+    are read, and the history reaches back before the event, so the rise it caused is
+    between two readings. An error from before agentd's first reading (the ring buffer
+    read at start, ``agentd check``) is judged from its line."""
+    dev = inp.snapshot.pci_device(e.device) if e.device else None
+    if dev is None or dev.aer is None:
+        return False
+    return any(h.taken_at <= e.at and (d := h.pci_device(dev.bdf)) is not None and d.aer is not None for h in inp.history)
 
 
 def _label(e: KernelEvent, p: EventPolicy) -> str:
@@ -100,7 +105,7 @@ def check_events(inp: CheckInput) -> list[Finding]:
         if now - e.at > span:
             continue
         code = _code(e)
-        if code is None or (e.kind == "aer" and _aer_from_counters(snap, e.device)):
+        if code is None or (e.kind == "aer" and _aer_from_counters(inp, e)):
             continue
         groups[(code, _subject(snap, e))].append((e, pol))
     out: list[Finding] = []
