@@ -59,6 +59,9 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
     "agentd-fleet/Nodes whose NCCL_IB_HCA differs from the most common value/A": ("every node lists the same HCA ports", "port_down@mlx5_1:1"),
     "agentd-fleet/Nodes with XIDs in the last 24h, by code/A": ("no driver printed an XID", "xid@gpu3"),
     "agentd-node/Kernel events since agentd started (this boot)/A": ("no driver printed an event agentd recognises", "xid@gpu3"),
+    "agentd-node/Kernel events by kind, code and GPU/A": ("no driver printed an event agentd recognises", "xid@gpu3"),
+    "agentd-node/PCIe AER events by device/A": ("the kernel logged no AER error", "aer_uncorrectable@gpu1=fatal"),
+    "agentd-fleet/Top nodes by AER rate (time range)/A": ("the kernel logged no AER error", "aer_uncorrectable@gpu1=fatal"),
     **{f"agentd-fleet/{t}/{r}": ("no NCCL benchmark has run on the simulated nodes (agentd_bench_nccl_* bandwidths exist only after a run)", None)
        for t, r in [("NCCL bus bandwidth (last run)", "A"), ("NCCL bus bandwidth (last run)", "B"), ("Bus bandwidth below minimum", "A"),
                     ("Lowest bus bandwidth vs expected", "A"), ("Last benchmark result per node", "A")]},
@@ -82,6 +85,8 @@ FAULTS = [
     ("roce", "mtu_mismatch@ens2np0", "AgentdMtuMismatch", "critical", {"netdev": "ens2np0"}, True),
     # A kernel log only grows: the XID's finding holds for kernel.hold_s (a day), so it does not clear here.
     ("ib", "xid@gpu3", "AgentdGpuXid", "critical", {"subject": "gpu3"}, False),
+    # The AER counters stay advanced (as on a real node): the rise stays in the 10 min rate window.
+    ("ib", "aer_uncorrectable@gpu1=fatal", "AgentdPcieAerFatal", "critical", {"subject": "0000:39:00.0"}, False),
     ("roce", "ecn_off@ens3np0", "AgentdRoceEcnDisabled", "critical", {"subject": "ens3np0"}, True),
     ("roce", "pfc_off@ens4np0", "AgentdRocePfcDisabled", "critical", {"subject": "ens4np0"}, True),
     # Counters stay advanced after clearing (a flap stays in the 12 h window, a storm in the
