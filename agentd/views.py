@@ -69,6 +69,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str,
             "gpus": [g.model_dump(mode="json") for g in snap.nvml.gpus],
         },
         "pci": [d.model_dump(mode="json") for d in snap.pci],
+        "kernel": snap.kernel.model_dump(mode="json"),
         "probes": [p.model_dump(mode="json") for p in snap.probes],
         "read_errors": [e.model_dump(mode="json") for e in snap.read_errors],
     }
@@ -96,6 +97,11 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
         f"kernel {_s(g.kernel_release)}  nvidia_peermem {'loaded' if g.peermem_loaded else 'not loaded'}  "
         f"NVML {'ok' if snap.nvml.available else 'unavailable: ' + _s(snap.nvml.error)}"
     )
+    k = snap.kernel
+    if k.available:
+        out.append(f"kernel log {k.source}: {k.records} records, {len(k.events)} recent events ({', '.join(sorted({f'{e.kind} {e.code}' for e in k.events})) or 'none'})")
+    elif k.asked:
+        out.append(f"kernel log unreadable: {_s(k.error)}")
     out.append("")
     hca_names = [h.name for h in snap.hcas]
     rows = [["GPU", "BUS ID", "NUMA", "NAME", *hca_names]]

@@ -153,14 +153,17 @@ CASES: dict[str, Case] = {
     "mlx5_cmd_timeout": Case(("kernel_events_total{mlx5,cmd_timeout,mlx5_2} +5", _rose("agentd_kernel_events_total", 5, kind="mlx5", code="cmd_timeout", device="mlx5_2")),
                              area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="window passed", note="repeated timeouts within kernel.window_s; one alone is no finding"),
 }
+# Rows beside one per kind: an application XID must leave the node ok (issue 14).
+APP_XID = "xid=13"
 ORDER = [k for p in ("h100-ib", "h100-roce") for k in EXPECT if EXPECT[k][0] == p]
+ORDER.insert(ORDER.index("xid") + 1, APP_XID)
 COLUMNS = ("fault", "profile", "expected finding", "detected", "/health", "metrics", "NCCL files", "recovered", "notes")
 
 
 def render_matrix(rows: dict[str, dict[str, str]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for kind in ORDER:
-        r = rows.get(kind, {"fault": kind, "profile": EXPECT[kind][0]})
+        r = rows.get(kind, {"fault": kind, "profile": EXPECT[kind][0] if kind in EXPECT else "h100-ib"})
         lines.append("| " + " | ".join(r.get(c, "-").replace("|", "/") for c in COLUMNS) + " |")
     return "\n".join(lines) + "\n"
 
@@ -196,7 +199,7 @@ def matrix(request, tmp_path_factory):
 
 
 def test_every_fault_kind_is_in_the_matrix():
-    assert set(CASES) == set(EXPECT) == set(sim.FAULT_KINDS) == set(ORDER)
+    assert set(CASES) == set(EXPECT) == set(sim.FAULT_KINDS) == set(ORDER) - {APP_XID}
 
 
 @pytest.mark.parametrize("kind", ORDER)
@@ -288,6 +291,32 @@ def test_fault_on_the_running_daemon(kind, matrix):
     row["recovered"] = (f"yes ({case.recovery})" if case.recovery else "yes") if ok else "NO"
     assert ok, f"no recovery after clearing {spec}: {a.findings()}\n{a.logs()}"
     assert a.alive(), a.logs()
+
+
+def test_application_xid_on_the_running_daemon_is_counted_and_the_node_stays_ok(matrix):
+    """xid=13@gpu0 (a job's illegal address): the counter rises, /health stays 200 with no
+    finding (none at all, ok facts included, about the GPU), nccl.env is untouched."""
+    daemons, rows = matrix
+    spec = "xid@gpu0=13"
+    row = rows[APP_XID] = {"fault": f"`{spec}`", "profile": "h100-ib", "expected finding": "none (an application's XID)", "notes": "counted only"}
+    a = daemons.get("h100-ib")
+    assert poll(lambda: at_rest(a), REACT_S)
+    env, before = a.env_file, a.metrics()
+    st = env.stat()
+    sim.apply_fault(a.root, spec)
+    counted = poll(lambda: _rose("agentd_kernel_events_total", 1, kind="xid", code="13", gpu="0")(a.metrics(), before), REACT_S)
+    row["metrics"] = "kernel_events_total{xid,13,gpu0} +1" if counted else "NO kernel_events_total{xid,13,gpu0} +1"
+    assert counted
+    time.sleep(1.2)  # a few cycles in which a wrong finding or rewrite would show
+    code, body = a.health()
+    about_gpu = {f for f in a.checks() if f[2] == "gpu0"}
+    row["detected"] = "no finding" if code == 200 and not body["findings"] and not about_gpu else f"NO: {body['findings']}"
+    row["/health"] = str(code)
+    after = env.stat()
+    row["NCCL files"] = "nccl.env untouched" if (after.st_ino, after.st_mtime_ns) == (st.st_ino, st.st_mtime_ns) else "NO: nccl.env rewritten"
+    row["recovered"] = "n/a (nothing to recover)"
+    assert code == 200 and body["status"] == "ok" and not body["findings"] and not about_gpu, (code, body, about_gpu)
+    assert row["NCCL files"] == "nccl.env untouched"
 
 
 def test_gpu_removed_seen_by_pci_first_keeps_nccl_topo_file(tmp_path):
