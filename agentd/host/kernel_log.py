@@ -42,6 +42,9 @@ from agentd.model import KernelCount, KernelEvent, KernelLog
 
 KMSG_REL = "dev/kmsg"
 MAX_RECORDS_PER_POLL = 1 << 19  # a poll stops here (the largest ring buffer holds fewer); the next goes on
+# A recorded log is read whole each poll (its hash says whether it changed): captures
+# hold a 1 MiB tail; a larger file is read up to here (its first records).
+FILE_MAX_BYTES = 4 * KMSG_MAX_BYTES
 MAX_COUNT_KEYS = 512  # distinct (kind, code, device); more fold into (kind, "other", None)
 CURSOR_VERSION = 1
 
@@ -154,7 +157,7 @@ class KernelLogSource:
         return None
 
     def _poll_file(self, ctx: ReadContext, now: float) -> KernelLog | None:
-        data = ctx.raw(KMSG_REL, max_bytes=KMSG_MAX_BYTES)
+        data = ctx.raw(KMSG_REL, max_bytes=FILE_MAX_BYTES)
         if data is None:
             self._file_sig = None
             return KernelLog(available=False, asked=False, source=KMSG_REL, error=f"no {KMSG_REL} under the host root", boot_id=self.boot_id)
