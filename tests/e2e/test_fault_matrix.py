@@ -202,7 +202,7 @@ def test_every_fault_kind_is_in_the_matrix():
     assert set(CASES) == set(EXPECT) == set(sim.FAULT_KINDS) == set(ORDER) - {APP_XID}
 
 
-@pytest.mark.parametrize("kind", ORDER)
+@pytest.mark.parametrize("kind", [k for k in ORDER if k != APP_XID])
 def test_fault_on_the_running_daemon(kind, matrix):
     daemons, rows = matrix
     profile, spec, (code, severity, subject) = EXPECT[kind]
@@ -295,7 +295,7 @@ def test_fault_on_the_running_daemon(kind, matrix):
 
 def test_application_xid_on_the_running_daemon_is_counted_and_the_node_stays_ok(matrix):
     """xid=13@gpu0 (a job's illegal address): the counter rises, /health stays 200 with no
-    finding (none at all, ok facts included, about the GPU), nccl.env is untouched."""
+    finding (and no gpu.* or kernel.* fact), nccl.env is untouched."""
     daemons, rows = matrix
     spec = "xid@gpu0=13"
     row = rows[APP_XID] = {"fault": f"`{spec}`", "profile": "h100-ib", "expected finding": "none (an application's XID)", "notes": "counted only"}
@@ -309,7 +309,7 @@ def test_application_xid_on_the_running_daemon_is_counted_and_the_node_stays_ok(
     assert counted
     time.sleep(1.2)  # a few cycles in which a wrong finding or rewrite would show
     code, body = a.health()
-    about_gpu = {f for f in a.checks() if f[2] == "gpu0"}
+    about_gpu = {f for f in a.checks() if f[0].startswith(("gpu.", "kernel."))}
     row["detected"] = "no finding" if code == 200 and not body["findings"] and not about_gpu else f"NO: {body['findings']}"
     row["/health"] = str(code)
     after = env.stat()
