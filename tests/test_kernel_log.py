@@ -112,8 +112,10 @@ def test_bounded_events_and_count_keys(tmp_path):
 
 def test_no_log_and_hostile_files(tmp_path):
     host = HostRoot(tmp_path, "offline", "test")
-    log = poll(KernelLogSource(host, Fake))
+    src = KernelLogSource(host, Fake)
+    log = poll(src)
     assert not log.available and not log.asked
+    assert poll(src) is log  # the same answer, the same object: nothing downstream is redone
     (tmp_path / "dev").mkdir()
     os.mkfifo(tmp_path / "dev/kmsg")
     log = poll(KernelLogSource(host, Fake))  # a FIFO: read without waiting on a writer, nothing in it

@@ -113,8 +113,9 @@ class KernelLogSource:
         else:
             result = self._poll_file(ctx, now)
         if result is not None:  # the source is unreadable: say so, keep nothing stale
-            self._last = result
-            return result
+            if result != self._last:  # the same answer keeps its object (memoised downstream)
+                self._last = result
+            return self._last
         self._expire(now - keep_s, max_events)
         if self._changed or self._last is None or not self._last.available:
             self._changed = False
