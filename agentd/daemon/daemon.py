@@ -54,6 +54,11 @@ class CollectorLike(Protocol):
     def snapshot(self) -> NodeSnapshot: ...
 
     def with_config(self, config: AgentConfig) -> CollectorLike: ...
+def _newest(log: KernelLog) -> tuple[int, int | None]:
+    """What tells whether a kernel log's events changed, without comparing them all."""
+    return len(log.events), log.events[-1].seq if log.events else None
+
+
 class Daemon:
     def __init__(
         self,
@@ -344,7 +349,7 @@ class Daemon:
         now = time.monotonic()
         if prev is not None and (prev is log or prev.last_seq == log.last_seq):
             return
-        if prev is not None and prev.events == log.events and now - at < self.CURSOR_EVERY_S:
+        if prev is not None and _newest(prev) == _newest(log) and now - at < self.CURSOR_EVERY_S:
             return
         _, started = self._cursor_lane.submit(save_cursor, cursor_path(self.config.paths.state_dir), log)
         if started:
