@@ -91,6 +91,13 @@ def test_a_capture_of_this_machine_replays_to_its_inspect_sections(tmp_path, cap
     assert code == 0, err
     live, replay = _inspect(capsys, cfg, Path("/")), _inspect(capsys, cfg, out)
     assert (live.pop("mode"), replay.pop("mode")) == ("live", "offline")
+    # The kernel log moves on between the looks, and the capture redacts its boot id: the
+    # recorded tail (the newest 1 MiB) holds events of the live log it was taken from.
+    klive, krec = live.pop("kernel"), replay.pop("kernel")
+    if klive["available"]:
+        assert krec["available"] and krec["source"] == "dev/kmsg"
+        events = lambda k: [(e["kind"], e["code"], e["device"]) for e in k["events"]]  # noqa: E731
+        assert set(events(krec)) <= set(events(klive))
 
     def by_name(doc: dict) -> dict:
         doc["netdevs"] = [{**n, "ethtool": sorted(n["ethtool"]) if n.get("ethtool") is not None else None} for n in doc["netdevs"]]
