@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -164,4 +165,37 @@ def test_live_kmsg_reads_the_retained_buffer_then_only_new_records(tmp_path):
     mine = [e for e in log2.events if token in e.code]
     assert [e.code for e in mine] == [f"agentd-test-{token}-a", f"agentd-test-{token}-b"]  # b once, a not again
     assert abs(mine[-1].at - log2.events[-1].at) < 5 and log2.last_seq > log.last_seq
+    src.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/kmsg"), reason="a root that is the running node needs mknod (root)")
+def test_live_read_errors_cost_a_record_not_the_source(tmp_path, monkeypatch):
+    """EPIPE (overwritten) and one EINVAL (a record larger than the buffer: the kernel skips
+    it) cost that record, counted by the gap; EINVAL twice in a row is not /dev/kmsg."""
+    import errno
+
+    from agentd.host import kernel_log
+
+    host = _live_root(tmp_path)
+    script: list[object] = []
+    real_read = os.read
+
+    def fake_read(fd: int, n: int) -> bytes:
+        if fd != src._fd:  # the boot id and the rest: read as they are
+            return real_read(fd, n)
+        step = script.pop(0) if script else BlockingIOError()
+        if isinstance(step, BaseException):
+            raise step
+        return step  # type: ignore[return-value]
+
+    monkeypatch.setattr(kernel_log.os, "read", fake_read)
+    src = KernelLogSource(host, Fake)
+    now_us = int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)
+    script[:] = [b"4,10,%d,-;EV a\n" % now_us, OSError(errno.EPIPE, "Broken pipe"), b"4,13,%d,-;EV b\n" % now_us,
+                 OSError(errno.EINVAL, "Invalid argument"), b"4,15,%d,-;EV c\n" % now_us]
+    log = poll(src)
+    assert log.available and [e.code for e in log.events] == ["a", "b", "c"] and log.lost == 3  # 11, 12 and 14
+    script[:] = [OSError(errno.EINVAL, "Invalid argument"), OSError(errno.EINVAL, "Invalid argument")]
+    log = poll(src)
+    assert not log.available and "Invalid argument" in (log.error or "")
     src.close()

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.kernel_catalog import Extracted, Extractor
-from agentd.host.kmsg import KMSG_MAX_BYTES, KmsgRecord, iter_records, parse_record
+from agentd.host.kmsg import KMSG_MAX_BYTES, KMSG_READ_BYTES, KmsgRecord, iter_records, parse_record
 from agentd.model import KernelCount, KernelEvent, KernelLog
 
 KMSG_REL = "dev/kmsg"
@@ -138,18 +138,22 @@ class KernelLogSource:
                 return KernelLog(available=False, source=path, error=f"{path}: {e.strerror or e}", boot_id=self.boot_id)
         mono = time.clock_gettime(time.CLOCK_MONOTONIC)
         fd = self._fd
+        refused = False  # the previous read was EINVAL
         for _ in range(MAX_RECORDS_PER_POLL):
             try:
-                rec = os.read(fd, 8192)
+                rec = os.read(fd, KMSG_READ_BYTES)
             except BlockingIOError:
                 break
             except OSError as e:
-                if e.errno == errno.EPIPE:  # overwritten before we read it; the next read goes on
-                    self.lost += 1
-                    self._changed = True
+                # EPIPE: overwritten before we read it; EINVAL: larger than the buffer (the
+                # kernel skips it). The next read goes on; the gap in the sequence numbers
+                # counts what was lost. Twice EINVAL in a row is not /dev/kmsg answering.
+                if e.errno == errno.EPIPE or (e.errno == errno.EINVAL and not refused):
+                    refused = e.errno == errno.EINVAL
                     continue
                 self._close()
                 return KernelLog(available=False, source="/dev/kmsg", error=f"/dev/kmsg: {e.strerror or e}", boot_id=self.boot_id)
+            refused = False
             if not rec:
                 break
             r = parse_record(rec)

@@ -15,6 +15,10 @@ from types import MappingProxyType
 
 KMSG_MAX_BYTES = 1 << 20  # the tail kept (the ring buffer is usually 256 KiB - 16 MiB)
 KMSG_MAX_RECORDS = 1 << 16
+# One read(2) returns one record; a buffer smaller than the record gets EINVAL and the
+# kernel moves on past it. Records (text and dictionary) stay below the kernel's 8 KiB
+# CONSOLE_EXT_LOG_MAX, so twice that never cuts one.
+KMSG_READ_BYTES = 16384
 
 
 def read_kmsg_tail(path: str = "/dev/kmsg", max_bytes: int = KMSG_MAX_BYTES, max_records: int = KMSG_MAX_RECORDS) -> tuple[bytes | None, str | None]:
@@ -30,7 +34,7 @@ def read_kmsg_tail(path: str = "/dev/kmsg", max_bytes: int = KMSG_MAX_BYTES, max
     try:
         for _ in range(max_records * 16):  # bounded even if the kernel never says EAGAIN
             try:
-                rec = os.read(fd, 8192)
+                rec = os.read(fd, KMSG_READ_BYTES)
             except BlockingIOError:
                 break
             except OSError as e:
