@@ -16,9 +16,11 @@ import asyncio
 import dataclasses
 import signal
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+from agentd.base.atomic import WriteResult
 from agentd.base.memo import LazyMapping
 from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
@@ -112,6 +114,7 @@ class Daemon:
         self.server: HttpServer | None = None
         self._cursor_lane = Lane("kernel-cursor")
         self._cursor_saved: tuple[KernelLog | None, float] = (None, 0.0)
+        self._cursor_error: str | None = None
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -351,9 +354,26 @@ class Daemon:
             return
         if prev is not None and _newest(prev) == _newest(log) and now - at < self.CURSOR_EVERY_S:
             return
-        _, started = self._cursor_lane.submit(save_cursor, cursor_path(self.config.paths.state_dir), log)
+        path = cursor_path(self.config.paths.state_dir)
+        fut, started = self._cursor_lane.submit(save_cursor, path, log)
         if started:
             self._cursor_saved = (log, now)
+            fut.add_done_callback(lambda f: self._cursor_written(f, path))
+
+    def _cursor_written(self, fut: Future[WriteResult | None], path: Path) -> None:
+        """Say once when the cursor cannot be written (a restart would then count the
+        records it holds again), and once when it can again."""
+        try:
+            result = fut.result()
+            error = result.error if result is not None else None
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        if error != self._cursor_error:
+            if error is not None:
+                self.log.error("kernel_cursor.write_failed", path=str(path), error=error, effect="after a restart the kernel log records since the last good write are counted again")
+            else:
+                self.log.info("kernel_cursor.written", path=str(path))
+            self._cursor_error = error
 
     async def _startup(self) -> None:
         await self._load_baseline(self.config)

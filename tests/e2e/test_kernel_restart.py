@@ -85,3 +85,21 @@ def sim_state(root: Path) -> Path:
     from agentd.outputs.node_state import state_dir_for
 
     return state_dir_for(root)
+
+
+def test_a_cursor_that_cannot_be_written_is_said_once_and_costs_nothing_else(tmp_path):
+    root = tmp_path / "root"
+    sim.build_tree("h100-ib", root)
+    sim.apply_fault(root, "xid@gpu3")
+    blocked = sim_state(root) / "kernel-cursor.json"
+    blocked.mkdir(parents=True)  # a directory where the file goes: every write fails
+    run = Run(tmp_path, root, 1)
+    try:
+        assert poll(lambda: ("gpu.xid", "gpu3") in run.findings(), REACT_S)
+        log = tmp_path / "agentd-1.log"
+        assert poll(lambda: b"kernel_cursor.write_failed" in log.read_bytes(), REACT_S), log.read_text()[-2000:]
+        sim.apply_fault(root, "xid@gpu0=13")  # a new event: another write, failing the same way
+        assert poll(lambda: run.xids("13", "0") == 1, REACT_S)
+    finally:
+        run.stop()
+    assert (tmp_path / "agentd-1.log").read_bytes().count(b"kernel_cursor.write_failed") == 1
