@@ -128,6 +128,35 @@ class KernelSettings(Section):
     max_events: int = Field(2048, ge=16, le=100000, description="Recent events kept in memory (and in the restart cursor); the oldest go first.")
 
 
+# Codes whose findings are normal while a node comes up: ports still training, the
+# fabric and its manager registering, the GPU driver and its modules loading, DCB and MTU
+# set by boot-time services. Within lifecycle.boot_grace_s of boot they are withheld
+# ("boot_grace"); a fault of another kind (an XID, a lost GPU, a PCIe error) still counts.
+DEFAULT_BOOT_GRACE_CODES = (
+    "ib.port.down", "ib.port.unreadable", "ib.ports.count", "ib.port.rate_degraded", "ib.port.width_degraded",
+    "nvml.blind", "nvlink.link.down", "nvlink.fabric.incomplete", "gdr.unavailable", "gdr.peermem.unregistered",
+    "inventory.hca.missing", "inventory.port.missing", "mtu.mismatch", "mtu.ipoib", "roce.ecn.disabled", "roce.pfc.disabled",
+)  # fmt: skip
+
+
+class FindingPolicy(Section):
+    """How one finding code (or glob, or check name) lives: when it starts to count and how long it sticks."""
+
+    mode: Literal["enforce", "observe"] = Field("enforce", description="observe: collected and shown (/checks, metrics, logs) but never counted toward /health, the Slurm wrapper, NFD health labels or NCCL files.")
+    raise_after_s: float = Field(0.0, ge=0, le=7 * 86400, description="Seconds the condition must hold before it counts; until then it is shown as pending (withheld).")
+    raise_after_collections: int = Field(1, ge=1, le=100000, description="Collections in a row that must see the condition before it counts (both this and raise_after_s must hold).")
+    clear_after_s: float = Field(0.0, ge=0, le=30 * 86400, description="Seconds the condition must be gone before its finding clears (sticky): until then it keeps counting, with clears_at.")
+
+
+class LifecycleSettings(Section):
+    """When findings count and how long they stick (docs: README "Health lifecycle")."""
+
+    boot_grace_s: float = Field(0.0, ge=0, le=86400, description="For this long after the node booted (its boot time, not agentd's start) findings of boot_grace_codes are withheld as boot_grace, and link flaps are not counted. 0: off.")
+    boot_grace_codes: list[str] = Field(default_factory=lambda: list(DEFAULT_BOOT_GRACE_CODES), description="Finding codes (globs) that are normal while a node boots.")
+    observe: list[str] = Field(default_factory=list, description="Finding codes or check names (globs: 'pcie.aer.*', 'pcie_errors.check_retrained') in observe mode: shown, never counted toward health.")
+    findings: dict[str, FindingPolicy] = Field(default_factory=dict, description="Finding code, glob or check name -> policy (mode, raise_after_s, raise_after_collections, clear_after_s). The most specific key wins: an exact code, else the longest matching glob.")
+
+
 class RoceSettings(Section):
     priority: int = Field(3, ge=0, le=7, description="The lossless priority RDMA traffic uses (PFC and ECN must be on for it).")
     require_pfc: bool = Field(True, description="Judge PFC when its configuration is readable.")
@@ -234,6 +263,7 @@ class AgentConfig(Section):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     roce: RoceSettings = Field(default_factory=RoceSettings)
     kernel: KernelSettings = Field(default_factory=KernelSettings)
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
     paths: Paths = Field(default_factory=Paths)
     nccl: NcclSettings = Field(default_factory=NcclSettings)
     web: WebSettings = Field(default_factory=WebSettings)

@@ -432,6 +432,10 @@ class NodeSnapshot(Record):
 
 Severity = Literal["ok", "warning", "critical"]
 SEVERITY_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
+# Why a finding does not count toward health: its code or check is in observe mode
+# (lifecycle.observe), it has not held for lifecycle raise_after yet, or the node is
+# within lifecycle.boot_grace_s of booting and the code is one that is normal then.
+Withheld = Literal["observe", "pending", "boot_grace"]
 
 
 SubjectKind = Literal[
@@ -531,6 +535,17 @@ class Finding(Record):
     measured: str | float | int | None = None
     expected: str | float | int | None = None
     about: Subject = Field(exclude=True)
+    # The check that raised it (agentd.judging.checks.check_name: ``ib.check_ports``).
+    check: str | None = None
+    # Its lifecycle (agentd.judging.lifecycle), unix times: when the condition was first
+    # seen (this episode), when a pending one will count, when a sticky one that is no
+    # longer seen stops counting.
+    since: float | None = None
+    raises_at: float | None = None
+    clears_at: float | None = None
+    # Set when it does not count toward the node's health (/health, the Slurm wrapper,
+    # NFD labels, NCCL files) and why; shown everywhere else.
+    withheld: Withheld | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -549,8 +564,14 @@ class Finding(Record):
         return {**data, "about": about, "subject": text}
 
 
+def counted(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that count toward the node's health (not ``withheld``)."""
+    return [f for f in findings if f.withheld is None]
+
+
 def overall_status(findings: Iterable[Finding]) -> Literal["ok", "degraded", "critical"]:
-    worst = max((SEVERITY_RANK[f.severity] for f in findings), default=0)
+    """The worst severity of the findings that count (withheld ones never do)."""
+    worst = max((SEVERITY_RANK[f.severity] for f in findings if f.withheld is None), default=0)
     return ("ok", "degraded", "critical")[worst]
 
 

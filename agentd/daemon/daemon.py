@@ -41,6 +41,7 @@ from agentd.metrics.agent import process_stats
 from agentd.model import KernelLog, NodeSnapshot
 from agentd.outputs.evaluate import Evaluation, evaluate
 from agentd.outputs.kernel_cursor import cursor_path, load_cursor, save_cursor
+from agentd.outputs.maintenance import Maintenance, maintenance_path, read_maintenance
 from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
 
@@ -113,6 +114,10 @@ class Daemon:
         self.addresses: list[tuple[str, int]] = []
         self.server: HttpServer | None = None
         self._cursor_lane = Lane("kernel-cursor")
+        self._maintenance_lane = Lane("maintenance")
+        self._maintenance: Maintenance | None = None
+        self._maintenance_ended_at: float | None = None
+        self._maintenance_error: str | None = None
         self._cursor_saved: tuple[KernelLog | None, float] = (None, 0.0)
         self._cursor_error: str | None = None
 
@@ -156,17 +161,19 @@ class Daemon:
 
     async def collect(self, tier: str) -> None:
         """Run one tier's probes ("all"/"event": every probe) and publish a new State."""
-        t0, cpu0 = time.monotonic(), time.process_time()
+        t0, cpu0, began = time.monotonic(), time.process_time(), time.time()
         await self.collector.run(self.probes_for(tier))
-        await self._publish(tier, t0, cpu0)
+        await self._publish(tier, t0, cpu0, began)
 
-    async def _publish(self, tier: str, t0: float, cpu0: float) -> None:
+    async def _publish(self, tier: str, t0: float, cpu0: float, began: float | None = None) -> None:
         assert self._publish_lock is not None
         async with self._publish_lock:
             cfg = self.config
+            await self._follow_maintenance(cfg, tier, began)
+            held = self._maintenance is not None or self._maintenance_ended_at is not None
             snap, ev = await self.publisher.judge(self._snapshot_job(), self.history, cfg)
             limits = self.stale_limits(cfg)
-            files = await self.publisher.write(ev, snap, cfg, limits)
+            files = await self.publisher.write(ev, snap, cfg, limits, maintenance=held)
             self._tier_runs[tier] = TierRun(tier, time.monotonic() - t0, time.time(), time.process_time() - cpu0)
             ctx = Context(
                 config=cfg, started_at=self.started_at, seq=self._state.seq + 1, stale_limits=limits,
@@ -174,11 +181,14 @@ class Daemon:
                 reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active,
                 process=LazyMapping(process_stats), bench=self.bench.outcome, bench_findings=self.bench.findings(),
                 link_events=dict(self.links.counts), link_active=self.links.active,
+                maintenance=self._maintenance, maintenance_ended_at=self._maintenance_ended_at,
             )  # fmt: skip
             state = await self.publisher.build(snap, ev, files, ctx)
             old, self._state = self._state, state
             self._last_cycle_mono = time.monotonic()
         self._save_kernel_cursor(snap.kernel)
+        if self._maintenance_ended_at is not None:
+            self.trigger_full()  # the fresh collection that ends it (ignored while one runs)
         log_state_changes(self.log, old, state)
         line = status_line(state)
         if not old.ready:
@@ -322,6 +332,38 @@ class Daemon:
     def _forget_task(self, task: asyncio.Task[Any]) -> None:
         if task in self._tasks:
             self._tasks.remove(task)
+
+    # -- maintenance (agentd.outputs.maintenance) ----------------------------------------
+    async def _follow_maintenance(self, config: AgentConfig, tier: str, began: float | None) -> None:
+        """Read the maintenance file (its lane, with a timeout; a hung read keeps what was
+        known). When it goes away, the node stays in maintenance until a full collection
+        that began after that is published: nothing measured during the work is trusted."""
+        path = maintenance_path(config.paths.state_dir)
+        fut, _ = self._maintenance_lane.submit(read_maintenance, path)
+        try:
+            now = await await_future(fut, config.timeouts.probe_s)
+            error = None
+        except Exception as e:
+            now, error = self._maintenance, f"{type(e).__name__}: {e}"
+        if error != self._maintenance_error:
+            if error is not None:
+                self.log.error("maintenance.read_failed", path=str(path), error=error, effect="the maintenance state last read stands")
+            self._maintenance_error = error
+        was = self._maintenance
+        if now is not None and was is None:
+            self.log.warning("maintenance.on", path=str(path), reason=now.reason, since=now.since, by=now.by,
+                             effect="/health answers 200 maintenance; NCCL files are kept as they are")
+            self._maintenance_ended_at = None
+        elif now is None and was is not None:
+            self._maintenance_ended_at = time.time()
+            self.log.info("maintenance.off", path=str(path), effect="health is judged again after a full fresh collection")
+        elif now is not None and was is not None and now != was:
+            self.log.info("maintenance.changed", reason=now.reason, since=now.since, by=now.by)
+        self._maintenance = now
+        ended = self._maintenance_ended_at
+        if ended is not None and now is None and tier in ("all", "event") and began is not None and began >= ended:
+            self._maintenance_ended_at = None
+            self.log.info("maintenance.ended", tier=tier, effect="this full collection judges the node again")
 
     # -- the kernel log's cursor (agentd.outputs.kernel_cursor) --------------------------
     CURSOR_EVERY_S = 60.0  # the cursor follows new records at most this often (new events at once)

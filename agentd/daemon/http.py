@@ -83,7 +83,7 @@ def build_app(source: StateSource, *, clock: Callable[[], float] = time.monotoni
         state = source.state
         h = health(state, clock())
         text = request.query.get("format") == "text"
-        render: Callable[[], bytes] = (lambda: health_text(h)) if text else (lambda: health_json(state, h))
+        render: Callable[[], bytes] = (lambda: health_text(h, state)) if text else (lambda: health_json(state, h))
         # Without stale probes the body depends on the State alone: build it once per State.
         body = render() if h.stale_probes else state.cached(("health", text), render)
         if text:

@@ -22,6 +22,7 @@ from agentd.daemon.exposition import REGISTRY
 from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
 from agentd.judging.baseline import Baseline
+from agentd.judging.lifecycle import Tracks, advance
 from agentd.judging.outputs import output_findings
 from agentd.judging.staleness import stale_probe_names, with_staleness
 from agentd.model import Finding, NodeSnapshot, sort_findings
@@ -48,6 +49,8 @@ class Context:
     bench_findings: tuple[Finding, ...] = ()
     link_events: Mapping[str, int] = field(default_factory=dict)  # rtnetlink outcome -> count
     link_active: bool = False
+    maintenance: Any = None  # agentd.outputs.maintenance.Maintenance
+    maintenance_ended_at: float | None = None
 
 
 class Publisher:
@@ -63,6 +66,8 @@ class Publisher:
         self._baseline_lane = Lane("baseline")
         self._baseline_read: tuple[Path, Future[Baseline | None]] | None = None
         self._unfinished: dict[str, int] = {}  # file -> publishes whose write did not finish
+        # lifecycle tracks of the findings added at build (file writes, the benchmark)
+        self.extra_tracks = Tracks()
 
     async def load_baseline(self, path: Path, timeout_s: float) -> None:
         """Read the baseline at ``path`` in its lane (never on the event loop: a FIFO or a
@@ -107,16 +112,20 @@ class Publisher:
         snap, ev = await asyncio.to_thread(job)
         return history.append(snap), ev
 
-    async def write(self, ev: Evaluation, snap: NodeSnapshot, config: AgentConfig, stale_limits: Mapping[str, float]) -> tuple[FileStatus, ...]:
+    async def write(self, ev: Evaluation, snap: NodeSnapshot, config: AgentConfig, stale_limits: Mapping[str, float],
+                    *, maintenance: bool = False) -> tuple[FileStatus, ...]:
         """NCCL files, NFD labels and a first baseline, in the writer lane with a timeout.
         A write that does not finish in time (hung filesystem) costs every file it was to
-        write: each is reported failed, for this and every publish until it finishes."""
+        write: each is reported failed, for this and every publish until it finishes.
+        In ``maintenance`` the NCCL files are kept as they are (not even drift is restored),
+        no baseline is adopted, and the NFD health label says maintenance."""
         stale = stale_probe_names(snap, stale_limits, time.monotonic())
-        status = "critical" if stale else ev.status
+        status = "maintenance" if maintenance else "critical" if stale else ev.status
         new_baseline = None
-        if ev.new_baseline is not None and self.baseline is None and self.baseline_read_from == config.paths.baseline and all(p.ok for p in snap.probes):
+        if (ev.new_baseline is not None and self.baseline is None and self.baseline_read_from == config.paths.baseline
+                and all(p.ok for p in snap.probes) and not maintenance):
             new_baseline = ev.new_baseline
-        fut, started = self._write_lane.submit(self.writer.write, ev, config, snap, status, new_baseline)
+        fut, started = self._write_lane.submit(self.writer.write, ev, config, snap, status, new_baseline, maintenance)
         if not started:
             self.log.error("files.write_skipped", reason="the previous write is still running (hung filesystem?)")
             return self._not_finished(ev, config, "not written: the previous write has not finished (hung filesystem?)")
@@ -170,11 +179,15 @@ class Publisher:
             findings=ev.findings, stale_limits=ctx.stale_limits, compute_hcas=ev.roles.compute, hca_roles_source=ev.roles.source,
             expected=ev.expected, files=files, nccl_env=ev.nccl_env, nccl_problems=ev.nccl_problems, tiers=ctx.tiers,
             reload=ctx.reload, udev_events=ctx.udev_events, udev_active=ctx.udev_active, process=ctx.process,
-            link_events=ctx.link_events, link_active=ctx.link_active,
-            bench=ctx.bench, render_metrics=REGISTRY.render,
+            link_events=ctx.link_events, link_active=ctx.link_active, maintenance=ctx.maintenance,
+            maintenance_ended_at=ctx.maintenance_ended_at, bench=ctx.bench, render_metrics=REGISTRY.render,
         )  # fmt: skip
         topo_problems = getattr(ev.render, "topo_problems", ()) if ev.render is not None else ()
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
+        if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)
+            life = advance(self.extra_tracks, extra, now=snap.taken_at, settings=ctx.config.lifecycle,
+                           booted_at=getattr(snap.system, "booted_at", None))
+            self.extra_tracks, extra = life.tracks, list(life.findings)
         base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
         findings, _ = with_staleness(base, snap, ctx.stale_limits, mono)
         if findings is not ev.findings:

@@ -22,7 +22,7 @@ from agentd.judging.expected import Expected
 from agentd.model import Finding, NodeSnapshot, overall_status
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
-HealthStatus = Literal["ok", "degraded", "critical", "starting"]
+HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance"]
 _T = TypeVar("_T")
 
 
@@ -52,15 +52,30 @@ class State:
     link_active: bool = False
     process: Mapping[str, float] = field(default_factory=dict)  # self stats sampled at build time
     bench: Any = None  # agentd.ncclbench.job.BenchOutcome of the last scheduled NCCL benchmark
+    # agentd.outputs.maintenance.Maintenance while the node is in maintenance; after it
+    # ended, the unix time it did until a full collection that started later is published
+    maintenance: Any = None
+    maintenance_ended_at: float | None = None
     # The exposition of this State (the daemon passes agentd.daemon.exposition.REGISTRY.render):
     # injected, so the State holds finished bytes and never imports the metrics layer.
     render_metrics: Callable[["State"], bytes] | None = field(default=None, repr=False, compare=False)
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
+    def in_maintenance(self) -> bool:
+        return self.maintenance is not None or self.maintenance_ended_at is not None
+
+    @property
+    def measured_status(self) -> Literal["ok", "degraded", "critical"]:
+        """The node's status from the findings that count, maintenance or not."""
+        return overall_status(self.findings)
+
+    @property
     def status(self) -> HealthStatus:
         if not self.ready:
             return "starting"
+        if self.in_maintenance:
+            return "maintenance"
         return overall_status(self.findings)
 
     def cached(self, key: Any, build: Callable[[], _T]) -> _T:

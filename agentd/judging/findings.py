@@ -8,6 +8,8 @@ by :func:`finding`: the message is always one line, and the subject is a typed
 
 from __future__ import annotations
 
+import time
+
 from agentd.model import Finding, Severity, Subject
 
 NODE = Subject(kind="node")
@@ -77,3 +79,25 @@ def file_subject(name: str) -> Subject:
 
 def bench_subject(name: str) -> Subject:
     return Subject(kind="bench", name=name)
+
+
+def utc_text(unix_time: float) -> str:
+    """RFC 3339 UTC to the second: 2026-11-24T03:12:40Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_time))
+
+
+def finding_line(f: Finding) -> str:
+    """One line a finding: ``critical ib.port.down mlx5_3:1: message [since ...]``, usable as
+    a Slurm drain reason. The lifecycle's times close the line (a cut reason loses them
+    first); a withheld finding starts with why, ``(observe)``, so nothing that looks for a
+    severity at the start of a line acts on it."""
+    times = []
+    if f.since is not None:
+        times.append(f"since {utc_text(f.since)}")
+    if f.raises_at is not None:
+        times.append(f"counts from {utc_text(f.raises_at)}")
+    if f.clears_at is not None:
+        times.append(f"clears at {utc_text(f.clears_at)}")
+    tail = f" [{', '.join(times)}]" if times else ""
+    head = f"({f.withheld}) " if f.withheld is not None else ""
+    return f"{head}{f.severity} {f.code} {f.subject}: {f.message}{tail}"

@@ -18,10 +18,15 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_build_info", G, "agentd version and Python version (value 1).", ("version", "python")),
     Family("agentd_node_info", G, "The node as agentd reads it (value 1): hostname (node_exporter's nodename), kernel release, architecture, virtualization (empty on bare metal).", ("nodename", "kernel_release", "arch", "virtualization")),
     Family("agentd_ready", G, "1 once the first full collection has completed (/readyz).", ()),
-    Family("agentd_health_status", G, "Overall node health as /health judges it: 0 ok, 1 degraded, 2 critical (stale data is critical).", ()),
-    Family("agentd_healthy", G, "1 when /health answers 200 (no critical finding, data fresh), else 0.", ()),
-    Family("agentd_finding", G, "One series (value 1) per current finding.", ("code", "severity", "subject")),
-    Family("agentd_findings", G, "Number of current findings per severity.", ("severity",)),
+    Family("agentd_health_status", G, "Overall node health from the findings that count: 0 ok, 1 degraded, 2 critical (stale data is critical); in maintenance as measured (agentd_maintenance says /health answers maintenance).", ()),
+    Family("agentd_healthy", G, "1 when /health answers 200 (no critical finding and data fresh, or maintenance), else 0.", ()),
+    Family("agentd_maintenance", G, "1 while the node is in maintenance (agentd maintenance on; after off until a full fresh collection): /health answers 200 'maintenance', the Slurm wrapper changes nothing, NCCL files are kept.", ()),
+    Family("agentd_maintenance_start_timestamp_seconds", G, "Unix time the current maintenance started.", ()),
+    Family("agentd_finding", G, "One series (value 1) per current finding that counts toward health (withheld ones: agentd_finding_withheld).", ("code", "severity", "subject")),
+    Family("agentd_finding_withheld", G, "One series (value 1) per current finding that does not count toward health, and why: observe (lifecycle.observe), pending (lifecycle raise_after not met yet), boot_grace.", ("code", "severity", "subject", "reason")),
+    Family("agentd_finding_since_timestamp_seconds", G, "Unix time each current non-ok finding was first seen in this episode (lifecycle; survives restarts).", ("code", "subject")),
+    Family("agentd_finding_clears_at_timestamp_seconds", G, "Unix time a sticky finding that is no longer seen stops counting (lifecycle clear_after_s).", ("code", "subject")),
+    Family("agentd_findings", G, "Number of current findings that count, per severity.", ("severity",)),
     Family("agentd_probe_duration_seconds", G, "Duration of the latest run of the probe (the timeout when it timed out).", ("probe",)),
     Family("agentd_probe_success", G, "1 when the latest run of the probe finished without a source-level failure or timeout.", ("probe",)),
     Family("agentd_probe_last_success_timestamp_seconds", G, "Unix time the probe last finished successfully.", ("probe",)),
@@ -72,20 +77,36 @@ def render(x: Exposition, s: MetricsSource) -> None:
     if stale and not any(f.code == STALE_CODE for f in findings):
         findings += stale_findings(s.snapshot, s.stale_limits, stale, s.generated_mono)
     if s.ready:
-        status = "critical" if stale else s.status
+        status = "critical" if stale else s.measured_status
         x.add("agentd_health_status", (), _SEV_VALUE[status])
-        x.add("agentd_healthy", (), status != "critical")
+        x.add("agentd_healthy", (), status != "critical" or s.in_maintenance)
     else:
         x.add("agentd_health_status", (), 2)
         x.add("agentd_healthy", (), 0)
+    x.add("agentd_maintenance", (), s.in_maintenance)
+    since = getattr(s.maintenance, "since", None)
+    if since is not None:
+        x.add("agentd_maintenance_start_timestamp_seconds", (), since)
     seen = set()
+    timed = set()
     counts = {"ok": 0, "warning": 0, "critical": 0}
     for f in findings:
         key = (f.code, f.severity, f.subject)
-        counts[f.severity] += 1
-        if key not in seen:
-            seen.add(key)
+        if f.withheld is None:
+            counts[f.severity] += 1
+        if key in seen:
+            continue
+        seen.add(key)
+        if f.withheld is None:
             x.add("agentd_finding", key, 1)
+        else:
+            x.add("agentd_finding_withheld", (*key, f.withheld), 1)
+        if f.severity != "ok" and (f.code, f.subject) not in timed:
+            timed.add((f.code, f.subject))
+            if f.since is not None:
+                x.add("agentd_finding_since_timestamp_seconds", (f.code, f.subject), f.since)
+            if f.clears_at is not None:
+                x.add("agentd_finding_clears_at_timestamp_seconds", (f.code, f.subject), f.clears_at)
     for sev, n in counts.items():
         x.add("agentd_findings", (sev,), n)
 

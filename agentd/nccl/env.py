@@ -54,7 +54,7 @@ def _relation(s: Subject, hca: Hca, port: IbPort) -> int | None:
 def port_verdicts(snapshot: NodeSnapshot, findings: Sequence[Finding], roles: HcaRoles) -> tuple[list[str], list[str]]:
     """(healthy compute ports "mlx5_0:1", left-out ports "mlx5_3:1 DOWN"), in NCCL order.
     Findings are related to ports by their typed subjects (``Finding.about``), never by text."""
-    critical = [f for f in findings if f.severity == "critical"]
+    critical = [f for f in findings if f.severity == "critical" and f.withheld is None]  # withheld ones leave ports in
     healthy: list[str] = []
     left_out: list[str] = []
     odd_names = 0

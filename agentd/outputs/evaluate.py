@@ -1,11 +1,13 @@
-"""What one snapshot means: judge it (as `agentd check` does), derive the expected values
-and render the NCCL files. ``evaluate`` is pure and runs in a worker thread on immutable
-inputs; ``Evaluator`` memoises it across cycles that changed nothing."""
+"""What one snapshot means: judge it (as `agentd check` does), apply the findings'
+lifecycle (agentd.judging.lifecycle: since, pending, sticky, observe, boot grace), derive
+the expected values and render the NCCL files from the findings that count. ``evaluate``
+is pure and runs in a worker thread on immutable inputs; ``Evaluator`` memoises it across
+cycles that changed nothing and carries the lifecycle's tracks from one to the next."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from agentd.base.memo import same_objects
@@ -13,8 +15,9 @@ from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.judging.expected import Expected, expected_values
 from agentd.judging.judge import judge
+from agentd.judging.lifecycle import Tracks, advance
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, NodeSnapshot
+from agentd.model import Finding, NodeSnapshot, counted, overall_status
 from agentd.nccl import NcclRender, render_all
 
 
@@ -31,6 +34,8 @@ class Evaluation:
     # renderer gave nothing to go by, so ``nccl_problems`` hold every file back.
     nccl_file_problems: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     new_baseline: Baseline | None = None
+    tracks: Tracks = field(default_factory=Tracks)  # the lifecycle's, for the next evaluation
+    deadline: float | None = None  # unix time the lifecycle changes on its own (agentd.judging.lifecycle.Outcome)
 
     def blocked(self, file: str) -> tuple[str, ...]:
         """Why the NCCL file labelled ``file`` must not be written now (empty: write it)."""
@@ -42,26 +47,33 @@ class Evaluation:
 RenderFn = Callable[[NodeSnapshot, Sequence[Finding], AgentConfig, HcaRoles], NcclRender]
 
 
-def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *, render: RenderFn = render_all) -> Evaluation:
-    """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does) and render NCCL files."""
+def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *,
+             render: RenderFn = render_all, tracks: Tracks | None = None) -> Evaluation:
+    """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does), apply the
+    lifecycle at the snapshot's time (``tracks``: the previous evaluation's) and render the
+    NCCL files from the findings that count."""
     j = judge(snap, history, config, baseline)
+    life = advance(tracks if tracks is not None else Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle,
+                   booted_at=getattr(snap.system, "booted_at", None))
     ev = Evaluation(
-        findings=tuple(j.findings),
-        status=j.status,
+        findings=life.findings,
+        status=overall_status(life.findings),
         roles=j.roles,
         expected=expected_values(snap, j.roles, config),
-        new_baseline=j.new_baseline,
+        new_baseline=j.new_baseline,  # judged on every finding: a node in boot grace is not a healthy inventory
+        tracks=life.tracks,
+        deadline=life.deadline,
     )
     if not config.nccl.enabled:
         return ev
     try:
-        r = render(snap, list(j.findings), config, j.roles)
+        r = render(snap, counted(life.findings), config, j.roles)
     except Exception as e:
         return replace(ev, nccl_problems=(f"renderer failed: {type(e).__name__}: {e}",))
     return replace(ev, render=r, nccl_env=r.env.items(), nccl_problems=tuple(r.problems), nccl_file_problems=r.file_problems)
 
 
-_CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "read_errors")
+_CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "kernel", "read_errors")
 
 
 def _probe_flags(snap: NodeSnapshot) -> tuple[tuple[str, bool, bool, bool], ...]:
@@ -79,6 +91,9 @@ class Evaluator:
 
     fn: Callable[..., Evaluation] = evaluate
     hits: int = 0
+    # the lifecycle's tracks after the latest evaluation (agentd.judging.lifecycle); set
+    # from the persisted history file at start, so a restart keeps every episode
+    tracks: Tracks = field(default_factory=Tracks)
     _last: tuple[NodeSnapshot, Evaluation, AgentConfig, Baseline | None, float] | None = None  # snap, its evaluation, config, baseline, when
     _last_render: tuple[tuple[object, ...], tuple[Finding, ...], HcaRoles, NcclRender] | None = None
 
@@ -91,12 +106,17 @@ class Evaluator:
                 pcfg is config
                 and pbase is baseline
                 and now - at < refresh_s
+                and (ev.deadline is None or snap.taken_at < ev.deadline)
                 and all(getattr(snap, f) is getattr(psnap, f) for f in _CONTENT)
                 and _probe_flags(snap) == _probe_flags(psnap)
             ):
                 self.hits += 1
                 return ev
-        ev = self.fn(snap, history, config, baseline, render=self._render) if self.fn is evaluate else self.fn(snap, history, config, baseline)
+        if self.fn is evaluate:
+            ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks)
+        else:
+            ev = self.fn(snap, history, config, baseline)
+        self.tracks = ev.tracks
         self._last = (snap, ev, config, baseline, now)
         return ev
 
@@ -104,7 +124,7 @@ class Evaluator:
         """render_all, reused while the snapshot content and config are the same objects and
         the findings and roles are equal (a refresh of a steady node's time-dependent
         findings changes nothing the NCCL files say)."""
-        key = (config, *(getattr(snap, f) for f in _CONTENT))
+        key = (config, *(getattr(snap, f) for f in _CONTENT if f != "kernel"))  # renders read no kernel log
         last = self._last_render
         if last is not None and same_objects(last[0], key) and last[1] == tuple(findings) and last[2] == roles:
             return last[3]

@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 from agentd.base.atomic import WriteResult, atomic_write
 from agentd.config import AgentConfig
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, IbPort, NodeSnapshot, overall_status
+from agentd.model import Finding, IbPort, NodeSnapshot, counted, overall_status
 
 DEFAULT_PREFIX = "agentd.io/"
 # Kubernetes label value: at most 63 characters, alphanumerics at both ends, '-', '_'
@@ -100,9 +100,10 @@ def nfd_labels(
     prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, str]:
     """The labels, name -> value, in a stable order. ``status`` is the node's overall
-    status (ok|degraded|critical); None: computed from ``findings``."""
+    status (ok|degraded|critical, or maintenance); None: computed from ``findings``."""
     if not prefix.endswith("/") or not DNS_SUBDOMAIN_RE.match(prefix[:-1]):
         raise ValueError(f"label prefix {prefix!r} must be a DNS subdomain followed by '/'")
+    findings = counted(findings)  # withheld findings (observe, pending, boot grace) label nothing
     ports = list(_compute_ports(snapshot, roles))
     active = [p for p in ports if p.is_active]
     labels: dict[str, str] = {

@@ -47,6 +47,11 @@ class FileKeeper:
     def statuses(self) -> tuple[FileStatus, ...]:
         return self._last
 
+    def hold(self) -> tuple[FileStatus, ...]:
+        """Write nothing (maintenance): the last statuses stand, none of them a change."""
+        self._last = tuple(replace(s, changed=False) if s.changed else s for s in self._last)
+        return self._last
+
     def write(self, ev: Evaluation, config: AgentConfig) -> tuple[FileStatus, ...]:
         self.managed.restore_drift = config.nccl.restore_drift
         out = []
@@ -132,13 +137,18 @@ class Writer:
                 removed += sweep_temps(path)
         return removed
 
-    def write(self, ev: Evaluation, config: AgentConfig, snap: NodeSnapshot, status: str, baseline: Baseline | None) -> tuple[tuple[FileStatus, ...], str | None]:
+    def write(self, ev: Evaluation, config: AgentConfig, snap: NodeSnapshot, status: str, baseline: Baseline | None,
+              hold_nccl: bool = False) -> tuple[tuple[FileStatus, ...], str | None]:
         """(file statuses, error saving ``baseline`` or None). ``baseline``: a new baseline
-        to persist, or None."""
+        to persist, or None. ``hold_nccl`` (maintenance): the NCCL files are left as they
+        are, drift included; their last statuses stand."""
         self.sweep(config)
         if self.baseline is not None and self.baseline.changed:
             self.baseline = replace(self.baseline, changed=False)
-        self.files.write(ev, config)
+        if hold_nccl:
+            self.files.hold()
+        else:
+            self.files.write(ev, config)
         try:
             self.nfd.write(snap, ev, status, config, time.time())
         except ValueError as e:  # bad label prefix etc.: report, never crash the cycle

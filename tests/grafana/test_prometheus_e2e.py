@@ -62,6 +62,8 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
     "agentd-node/Kernel events by kind, code and GPU/A": ("no driver printed an event agentd recognises", "xid@gpu3"),
     "agentd-node/PCIe AER events by device/A": ("the kernel logged no AER error", "aer_uncorrectable@gpu1=fatal"),
     "agentd-fleet/Top nodes by AER rate (time range)/A": ("the kernel logged no AER error", "aer_uncorrectable@gpu1=fatal"),
+    "agentd-node/Withheld findings and maintenance/A": ("the default [lifecycle] withholds nothing and no node is in maintenance "
+                                                         "(tests/e2e/test_lifecycle_daemon.py shows both)", None),
     **{f"agentd-fleet/{t}/{r}": ("no NCCL benchmark has run on the simulated nodes (agentd_bench_nccl_* bandwidths exist only after a run)", None)
        for t, r in [("NCCL bus bandwidth (last run)", "A"), ("NCCL bus bandwidth (last run)", "B"), ("Bus bandwidth below minimum", "A"),
                     ("Lowest bus bandwidth vs expected", "A"), ("Last benchmark result per node", "A")]},

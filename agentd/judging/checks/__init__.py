@@ -85,8 +85,12 @@ def run_checks(inp: CheckInput, checks: tuple[Check, ...] = CHECKS) -> list[Find
             roles = HcaRoles(compute=(), other=tuple(h.name for h in inp.snapshot.hcas), source="error")
         inp = replace(inp, roles=roles)
     for check in checks:
+        name = check_name(check)
         try:
-            out.extend(check(inp))
+            found = check(inp)
         except Exception as exc:
-            out.append(_error(check_name(check), exc))
+            out.append(_error(name, exc))
+            continue
+        # each finding names its check (lifecycle policies and observe mode may name checks)
+        out.extend(f if f.check is not None else f.model_copy(update={"check": name}) for f in found)
     return sort_findings(out)

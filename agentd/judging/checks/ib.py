@@ -247,9 +247,15 @@ def _flaps(snaps: list[NodeSnapshot], hca: str, port: int) -> tuple[int, int]:
 
 
 def check_flapping(inp: CheckInput) -> list[Finding]:
-    """ib.port.flapping: down->up cycles or link_downed increments within flap_window_s."""
+    """ib.port.flapping: down->up cycles or link_downed increments within flap_window_s,
+    not counting those within lifecycle.boot_grace_s of the node's boot (links train,
+    and may retrain, while a node comes up)."""
     snap, th = inp.snapshot, inp.config.thresholds
-    past = [s for s in earlier(inp.history, snap.taken_at) if s.taken_at >= snap.taken_at - th.flap_window_s]
+    start = snap.taken_at - th.flap_window_s
+    booted_at, grace = snap.system.booted_at, inp.config.lifecycle.boot_grace_s
+    if booted_at is not None and grace > 0:
+        start = max(start, booted_at + grace)
+    past = [s for s in earlier(inp.history, snap.taken_at) if s.taken_at >= start]
     if not past:
         return []
     roles = inp.resolved_roles()
