@@ -1,4 +1,4 @@
-"""Command line: run | check | render | inspect | capture | simulate | baseline.
+"""Command line: run | check | render | inspect | capture | simulate | baseline | maintenance.
 
 Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
 (warnings only), 2 critical, 3 agentd itself could not run (reason on stderr).
@@ -85,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     _common(b, fmt=False)
     b = bsub.add_parser("show", help="print the baseline (of a root that is not this node: the one recorded with it)")
     _common(b, fmt=False)
+
+    p = sub.add_parser("maintenance", help="say the node is being worked on: /health and `agentd check` answer `maintenance`, Slurm neither drains nor resumes it")
+    msub = p.add_subparsers(dest="maintenance_command", required=True)
+    m = msub.add_parser("on", help="put the node in maintenance (kept across restarts)")
+    _common(m, fmt=False)
+    m.add_argument("--reason", default="", help="why (one line, shown by /health, `agentd check` and the Slurm wrapper's log)")
+    m = msub.add_parser("off", help="end maintenance")
+    _common(m, fmt=False)
+    m = msub.add_parser("status", help="say whether the node is in maintenance")
+    _common(m)
     return ap
 
 
@@ -116,6 +126,21 @@ def _host(config: AgentConfig) -> HostRoot:
 def _not_the_node(host: HostRoot) -> str:
     """How a root that is not the node is named in messages (DESIGN.md 3, docs/node-state.md)."""
     return f"host root {host.root} is not this node ({host.mode}: {host.mode_reason})"
+
+
+def _state_dir(config: AgentConfig, host: HostRoot) -> Path | None:
+    """agentd's state directory for this root: the node's ``paths.state_dir`` on a live
+    root; for any other the one `agentd run` moves it to (``<root>-out``), so a command here
+    sees what a daemon on that root sees. None where there is none (a root at / that is not
+    the node)."""
+    if host.is_live:
+        return config.paths.state_dir
+    from agentd.outputs.node_state import state_dir_for
+
+    try:
+        return state_dir_for(config.host_root)
+    except ValueError:
+        return None
 
 
 def _collect(config: AgentConfig, *, rate_window: bool, host: HostRoot | None = None) -> tuple[NodeSnapshot, tuple[NodeSnapshot, ...]]:
@@ -157,6 +182,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         recorded_baseline_path,
         save_baseline,
     )
+    from agentd.outputs.maintenance import maintenance_path, read_maintenance
     from agentd.views import findings_json, findings_text
 
     config = _config(args)
@@ -177,12 +203,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         res = save_baseline(config.paths.baseline, j.new_baseline)
         if not res.ok:
             print(f"agentd: note: baseline not saved: {res.error}", file=sys.stderr)
+    state_dir = _state_dir(config, host)
+    maint = read_maintenance(maintenance_path(state_dir)) if state_dir is not None else None
     if args.format == "json":
-        sys.stdout.write(json_text(findings_json(j.findings), indent=2))
+        sys.stdout.write(json_text(findings_json(j.findings, maint), indent=2))
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(findings_text(j.findings, include_ok=args.all))
-    return STATUS_EXIT[j.status]
+        sys.stdout.write(findings_text(j.findings, include_ok=args.all, maintenance=maint))
+    # In maintenance the node is being worked on: exit 0, as /health answers 200.
+    return EXIT_OK if maint is not None else STATUS_EXIT[j.status]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -293,6 +322,75 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _user() -> str | None:
+    """Who runs this command (the person behind sudo first); from the environment or the
+    local user database, never the network."""
+    for key in ("SUDO_USER", "USER", "LOGNAME"):
+        if name := os.environ.get(key):
+            return name
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return None
+
+
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    from agentd.base.escape import printable
+    from agentd.outputs.maintenance import (
+        clear_maintenance,
+        maintenance_doc,
+        maintenance_path,
+        one_line,
+        read_maintenance,
+        rfc3339,
+        set_maintenance,
+    )
+
+    config = _config(args)
+    host = _host(config)
+    state_dir = _state_dir(config, host)
+    if state_dir is None:
+        raise UsageError(f"{_not_the_node(host)}, and a root at / has no state directory beside it")
+    path = maintenance_path(state_dir)
+    where = printable(str(path))
+    pickup = f"the running agentd picks it up within {config.intervals.fast_s:g} s (intervals.fast_s)"
+    if not host.is_live:
+        print(f"agentd: note: {_not_the_node(host)}: its maintenance file is {where}, where `agentd run --host-root {printable(str(config.host_root))}` looks",
+              file=sys.stderr)
+    if args.maintenance_command == "on":
+        by = _user()
+        res = set_maintenance(path, args.reason, by)
+        if not res.ok:
+            raise UsageError(f"could not write {where}: {res.error}")
+        reason = one_line(args.reason) or "no reason given"
+        print(f"maintenance on: {reason} (by {by or 'unknown'}); wrote {where}")
+        print(f"{pickup}: /health answers 200 \"maintenance\", `agentd check` prints \"maintenance\" and exits 0, "
+              "and the Slurm wrapper neither drains nor resumes this node until `agentd maintenance off`")
+        return EXIT_OK
+    if args.maintenance_command == "off":
+        try:
+            removed = clear_maintenance(path)
+        except OSError as e:
+            raise UsageError(f"could not remove {where}: {e.strerror or e}") from None
+        if not removed:
+            print(f"not in maintenance (no {where}); nothing changed")
+            return EXIT_OK
+        print(f"maintenance off: removed {where}")
+        print(f"{pickup}; the Slurm wrapper resumes a node agentd drained only after one full fresh collection")
+        return EXIT_OK
+    m = read_maintenance(path)
+    if args.format == "json":
+        print(json_text({"maintenance": maintenance_doc(m) if m is not None else None, "path": str(path)}, indent=2))
+    elif m is None:
+        print("not in maintenance")
+    else:
+        by = f", by {m.by}" if m.by else ""
+        print(f"maintenance: {m.reason or 'no reason given'} (since {rfc3339(m.since)}{by})")
+    return EXIT_OK
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentd.ncclbench.command import cmd_bench as bench
 
@@ -338,6 +436,7 @@ COMMANDS = {
     "capture": cmd_capture,
     "simulate": cmd_simulate,
     "baseline": cmd_baseline,
+    "maintenance": cmd_maintenance,
     "bench": cmd_bench,
 }
 

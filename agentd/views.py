@@ -7,6 +7,7 @@ from typing import Any, Sequence
 from agentd.base.escape import printable
 from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
+from agentd.outputs.maintenance import Maintenance, maintenance_doc, maintenance_line
 
 
 def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str, Any]:
@@ -143,18 +144,26 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     return printable("\n".join(out) + "\n")  # names that are not UTF-8 as \xNN
 
 
-def findings_json(findings: Sequence[Finding]) -> dict[str, Any]:
+def findings_json(findings: Sequence[Finding], maintenance: Maintenance | None = None) -> dict[str, Any]:
+    """In maintenance, ``status`` is ``maintenance``, ``measured_status`` what it would have
+    been and ``maintenance`` the file's reason, since and by; the findings are all there."""
     ordered = sort_findings(list(findings))
-    return {
-        "status": overall_status(ordered),
-        "findings": [f.model_dump(mode="json") for f in ordered],
-    }
+    measured = overall_status(ordered)
+    doc: dict[str, Any] = {"status": measured}
+    if maintenance is not None:
+        doc = {"status": "maintenance", "measured_status": measured, "maintenance": maintenance_doc(maintenance)}
+    doc["findings"] = [f.model_dump(mode="json") for f in ordered]
+    return doc
 
 
-def findings_text(findings: Sequence[Finding], *, include_ok: bool = False) -> str:
-    """One line a finding, most severe first: usable as a Slurm drain reason."""
+def findings_text(findings: Sequence[Finding], *, include_ok: bool = False, maintenance: Maintenance | None = None) -> str:
+    """One line a finding, most severe first: usable as a Slurm drain reason. In
+    maintenance the first line is ``maintenance`` and the next one says why and since when
+    (the Slurm wrapper then neither drains nor resumes); the findings follow as usual."""
     ordered = sort_findings(list(findings))
     lines: list[str] = [overall_status(ordered)]
+    if maintenance is not None:
+        lines = ["maintenance", maintenance_line(maintenance)]
     for f in ordered:
         if f.severity == "ok" and not include_ok:
             continue

@@ -265,6 +265,53 @@ def test_starting_daemon_asks_agentd_check(run) -> None:
     assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_0:1: down"]]
 
 
+# --- maintenance (`agentd maintenance on`): neither drain nor resume ------------------
+
+MAINTENANCE = (
+    "maintenance\n"
+    "maintenance agentd.maintenance node: swapping cables on rail 3 (since 2024-05-01T10:00:00Z)\n"
+) + CRITICAL.split("\n", 1)[1]  # the findings are still reported, critical ones too
+MAINTENANCE_LOG = "maintenance (swapping cables on rail 3 (since 2024-05-01T10:00:00Z)): node state unchanged"
+
+
+@pytest.mark.parametrize("show", [DRAINED_BY_AGENTD, IDLE], ids=["drained-by-agentd", "undrained"])
+def test_maintenance_from_the_daemon_changes_nothing(run, show: str) -> None:
+    r = run(body=MAINTENANCE, code=200, show=show)
+    assert r.rc == 0 and r.updates == []  # critical findings drain nothing, an agentd drain stays
+    assert r.agentd_calls == []
+    assert MAINTENANCE_LOG in r.log
+
+
+@pytest.mark.parametrize("show", [DRAINED_BY_AGENTD, IDLE], ids=["drained-by-agentd", "undrained"])
+def test_maintenance_from_agentd_check_changes_nothing(run, show: str) -> None:
+    r = run(curl_rc=7, check_body=MAINTENANCE, check_rc=0, show=show)
+    assert r.agentd_calls == ["check --format text"]
+    assert r.rc == 0 and r.updates == []
+    assert MAINTENANCE_LOG in r.log
+
+
+def test_starting_daemon_then_maintenance_from_agentd_check(run) -> None:
+    # After `agentd maintenance off` the daemon may answer 503 "starting" until a fresh
+    # collection: the fallback decides, and here the node is still in maintenance.
+    body = "starting\ncritical agentd.starting node: waiting for a fresh collection\n"
+    r = run(body=body, code=503, check_body=MAINTENANCE, check_rc=0, show=DRAINED_BY_AGENTD)
+    assert r.agentd_calls == ["check --format text"]
+    assert r.rc == 0 and r.updates == []
+
+
+def test_maintenance_without_a_reason_line(run) -> None:
+    r = run(body="maintenance\n", code=200, show=DRAINED_BY_AGENTD)
+    assert r.rc == 0 and r.updates == []
+    assert "maintenance (no reason given): node state unchanged" in r.log
+
+
+def test_maintenance_is_only_the_first_line(run) -> None:
+    # A finding that mentions maintenance does not stop a drain.
+    body = "critical\ncritical ib.port.down mlx5_3:1: port DOWN\nmaintenance agentd.maintenance node: old\n"
+    r = run(body=body, code=503)
+    assert r.rc == 2 and r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_3:1: port DOWN"]]
+
+
 # --- the settings file (slurmd passes the wrapper no AGENTD_* variables) ------------
 
 
