@@ -10,6 +10,7 @@ within its HealthCheckInterval, then never loads aiohttp, the daemon or the benc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -182,6 +183,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         recorded_baseline_path,
         save_baseline,
     )
+    from agentd.judging.lifecycle import Tracks, advance
+    from agentd.model import overall_status
     from agentd.outputs.maintenance import maintenance_path, read_maintenance
     from agentd.views import findings_json, findings_text
 
@@ -199,6 +202,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"agentd: note: {_not_the_node(host)}: judged {against}; the node's {config.paths.baseline} is neither read nor written",
               file=sys.stderr)
     j = judge(snap, history, config, baseline, node_identity(snap, config))
+    # observe mode and boot grace as the daemon applies them; one collection has no past,
+    # so raise_after counts at once (agentd.judging.lifecycle.advance one_shot)
+    life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle, booted_at=snap.system.booted_at, one_shot=True)
+    j = dataclasses.replace(j, findings=life.findings, status=overall_status(life.findings))
     if j.new_baseline is not None and host.is_live:
         res = save_baseline(config.paths.baseline, j.new_baseline)
         if not res.ok:
@@ -219,6 +226,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     from agentd.base.atomic import read_current
     from agentd.judging.judge import judge
+    from agentd.judging.lifecycle import Tracks, advance
+    from agentd.model import counted
     from agentd.nccl import render_all
     from agentd.outputs.managed import ManagedFile, stable_text
 
@@ -233,8 +242,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         targets = {"env": config.paths.nccl_env, "conf": config.paths.nccl_conf, "topo": config.paths.nccl_topo}
     j = judge(snap, history, config, None)
+    # the findings that count, as the daemon renders from (observe mode and boot grace applied)
+    life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle, booted_at=snap.system.booted_at, one_shot=True)
     write_topo = config.nccl.write_topo
-    render = render_all(snap, j.findings, config, j.roles, topo_path=str(targets["topo"]) if write_topo else None)
+    render = render_all(snap, counted(life.findings), config, j.roles, topo_path=str(targets["topo"]) if write_topo else None)
     for note in render.notes:
         print(f"agentd: note: {note}", file=sys.stderr)
     if render.problems:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from agentd.base.escape import printable
+from agentd.judging.findings import finding_line
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
+from agentd.model import Finding, NodeSnapshot, counted, overall_status, sort_findings
 from agentd.outputs.maintenance import Maintenance, maintenance_doc, maintenance_line
 
 
@@ -164,8 +165,10 @@ def findings_text(findings: Sequence[Finding], *, include_ok: bool = False, main
     lines: list[str] = [overall_status(ordered)]
     if maintenance is not None:
         lines = ["maintenance", maintenance_line(maintenance)]
-    for f in ordered:
+    # the findings that count, then the withheld ones ("(observe) critical ...": no line
+    # of theirs starts with a severity, so nothing that drains on one acts on it)
+    for f in [*counted(ordered), *(f for f in ordered if f.withheld is not None)]:
         if f.severity == "ok" and not include_ok:
             continue
-        lines.append(f"{f.severity} {f.code} {f.subject}: {f.message}")
+        lines.append(finding_line(f))
     return printable("\n".join(lines) + "\n")

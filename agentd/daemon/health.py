@@ -18,6 +18,7 @@ from agentd.daemon.state import HealthStatus, State
 from agentd.judging.findings import finding_line, utc_text
 from agentd.judging.staleness import with_staleness
 from agentd.model import Finding, overall_status
+from agentd.outputs.maintenance import maintenance_doc, maintenance_line
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,12 @@ class Health:
     measured: HealthStatus | None = None  # the status without maintenance
 
 
-def maintenance_line(state: State) -> str | None:
-    """``maintenance agentd.maintenance node: <reason> (since ...)``: the line that says why,
-    None when not in maintenance."""
+def maintenance_text(state: State) -> str | None:
+    """The line after the status ``maintenance`` (agentd.outputs.maintenance.maintenance_line,
+    as `agentd check` prints it), None when not in maintenance."""
     m = state.maintenance
     if m is not None:
-        by = f", by {m.by}" if m.by else ""
-        return f"maintenance agentd.maintenance node: {m.reason or 'no reason given'} (since {utc_text(m.since)}{by})"
+        return maintenance_line(m)
     if state.maintenance_ended_at is not None:
         return (f"maintenance agentd.maintenance node: maintenance ended at {utc_text(state.maintenance_ended_at)}; "
                 "waiting for a full fresh collection")
@@ -60,7 +60,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
 
 def health_json(state: State, h: Health) -> bytes:
     snap = state.snapshot
-    body = {
+    body: dict[str, Any] = {
         "status": h.status,
         "ready": state.ready,
         "generated_at": h.generated_at,
@@ -73,7 +73,7 @@ def health_json(state: State, h: Health) -> bytes:
         m = state.maintenance
         body["measured_status"] = h.measured
         body["maintenance"] = (
-            {"reason": m.reason, "since": m.since, "by": m.by} if m is not None
+            maintenance_doc(m) if m is not None
             else {"ended_at": state.maintenance_ended_at, "waiting_for": "a full fresh collection"}
         )  # fmt: skip
     if not state.ready:
@@ -88,7 +88,7 @@ def health_text(h: Health, state: State | None = None) -> bytes:
     lines: list[str] = [h.status]
     if h.status == "starting":
         lines.append("critical agentd.starting node: first collection not finished yet")
-    why = maintenance_line(state) if state is not None and h.status == "maintenance" else None
+    why = maintenance_text(state) if state is not None and h.status == "maintenance" else None
     if why is not None:
         lines.append(why)
     for f in h.findings:

@@ -82,8 +82,11 @@ def bench_subject(name: str) -> Subject:
 
 
 def utc_text(unix_time: float) -> str:
-    """RFC 3339 UTC to the second: 2026-11-24T03:12:40Z."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_time))
+    """RFC 3339 UTC to the second: 2026-11-24T03:12:40Z (a time no calendar holds: as given)."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_time))
+    except (OverflowError, ValueError, OSError):
+        return f"{unix_time!r}"
 
 
 def finding_line(f: Finding) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 from agentd.base.atomic import WriteResult, atomic_write, read_fd
 from agentd.base.escape import printable
+from agentd.judging.findings import utc_text
 
 FILE_NAME = "maintenance.json"
 MAX_BYTES = 64 << 10  # a reason is one line; more is not read
@@ -151,10 +152,7 @@ def clear_maintenance(path: Path | str) -> bool:
 
 def rfc3339(unix_time: float) -> str:
     """``since`` for people: UTC, seconds (``2024-05-01T10:00:00Z``)."""
-    try:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_time))
-    except (OverflowError, ValueError, OSError):
-        return f"{unix_time!r}"
+    return utc_text(unix_time)
 
 
 def maintenance_doc(m: Maintenance) -> dict[str, Any]:
