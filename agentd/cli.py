@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="directory to write the host root into")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC", help="KIND[@TARGET][=VALUE] (repeatable)")
     p.add_argument("--clear-fault", action="append", default=[], metavar="SPEC", help="undo a fault in an existing root given by --out")
+    p.add_argument("--booted-ago", type=float, metavar="SECONDS", help="the node booted this long ago (default: 3 days before the build); without --profile: change an existing root given by --out")
     p.add_argument("--list", action="store_true", help="list profiles and fault kinds")
 
     from agentd.ncclbench.command import add_bench_parser
@@ -286,6 +287,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.out is None:
         raise UsageError("--out DIR is required")
     try:
+        if args.booted_ago is not None and not (args.booted_ago >= 0 and args.booted_ago != float("inf")):
+            raise UsageError(f"--booted-ago {args.booted_ago}: expected seconds >= 0")
+        if args.profile is None and args.booted_ago is not None:
+            sim.set_boot_time(args.out, time.time() - args.booted_ago)
+            if not (args.fault or args.clear_fault):
+                print(f"{args.out}: boot time updated")
+                return EXIT_OK
         if args.clear_fault or (args.fault and args.profile is None):
             for spec in args.fault:
                 sim.apply_fault(args.out, spec)
@@ -295,7 +303,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.profile is None:
             raise UsageError("--profile is required (see --list)")
-        root = sim.build_tree(args.profile, args.out, faults=args.fault)
+        booted = {} if args.booted_ago is None else {"booted_ago_s": args.booted_ago}
+        root = sim.build_tree(args.profile, args.out, faults=args.fault, **booted)
     except (ValueError, KeyError) as e:
         raise UsageError(str(e)) from None
     print(f"simulated node '{args.profile}' written to {root}")

@@ -296,6 +296,8 @@ class SystemInfo(Record):
     numa_nodes: tuple[NumaNode, ...] = ()
     virtualization: str | None = None  # None on bare metal, else e.g. "kvm", "hyperv", "xen"
     loaded_modules: tuple[str, ...] = ()  # /proc/modules names
+    booted_at: float | None = None  # unix time the node booted (its kernel's, never agentd's start)
+    boot_time_source: str | None = None  # where booted_at came from: "proc/stat btime", "proc/uptime", ...
 
 
 # ---------------------------------------------------------------------------

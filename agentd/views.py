@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Sequence
 
 from agentd.base.escape import printable
@@ -88,11 +89,26 @@ def _s(v: object) -> str:
     return "-" if v is None else str(v)
 
 
+def _booted(at: float | None, taken_at: float | None) -> str:
+    """``2026-05-04T03:02:01Z, up 3d 2h`` (up: at ``taken_at``); ``-`` when unknown."""
+    if at is None:
+        return "-"
+    when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    up = -1 if taken_at is None else int(taken_at - at)
+    if up < 0:
+        return when
+    d, h, m = up // 86400, up % 86400 // 3600, up % 3600 // 60
+    return f"{when}, up {f'{d}d {h}h' if d else f'{h}h {m}m' if h else f'{m}m {up % 60}s'}"
+
+
 def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     out: list[str] = []
     sysi = snap.system
     out.append(f"node {_s(sysi.hostname)}  root {snap.host_root}  arch {_s(sysi.arch)}  numa nodes {len(sysi.numa_nodes)}  virt {_s(sysi.virtualization)}")
     out.append(f"mode {_s(snap.host_mode)}: {_s(snap.host_mode_reason)}")
+    # "up" only where the snapshot's time is the node's now (a capture is replayed later)
+    taken = None if snap.host_mode == "offline" else snap.taken_at
+    out.append(f"booted {_booted(sysi.booted_at, taken)} ({sysi.boot_time_source or 'the root does not say'})")
     g = snap.gdr
     out.append(
         f"driver {_s(g.nvidia_driver_version)} ({'open' if g.nvidia_open_module else 'proprietary' if g.nvidia_open_module is False else 'unknown'} module)  "

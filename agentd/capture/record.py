@@ -30,11 +30,15 @@ from agentd.config import AgentConfig
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.kmsg import KMSG_MAX_BYTES, read_kmsg_tail
 from agentd.host.recording import PathRecorder, RecordedTree
-from agentd.host.system import uname
+from agentd.host.system import PROC_STAT, STAT_MAX_BYTES, uname
 from agentd.model import NodeSnapshot
 
 # Read explicitly besides what the collection reads: what says which node and kernel this is.
 UPTIME = "proc/uptime"  # dates the kernel log records (seconds since boot)
+# proc/stat: its btime says when the node booted (agentd.host.system.boot_time), so a replay
+# knows it without this machine's clock. The system probe reads it; read again here so a
+# capture holds it whatever the probes read. The whole file as read (as every other file):
+# counters only, nothing to redact, a few KiB to a few hundred on the largest nodes.
 IDENTITY_FILES = (BOOT_ID, "etc/machine-id", "proc/sys/kernel/hostname", "proc/sys/kernel/osrelease", "proc/sys/kernel/arch")
 
 
@@ -120,6 +124,7 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
     ctx = ReadContext(recording, "capture")
     for rel in IDENTITY_FILES:
         ctx.raw(rel)
+    ctx.raw(PROC_STAT, max_bytes=STAT_MAX_BYTES)
 
     tree = RecordedTree(host.root)
     # the source's own recorded answers are recorded again below, in this format

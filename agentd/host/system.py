@@ -6,16 +6,29 @@ layout of ``proc/cpuinfo``
 (``arch_from_cpuinfo``): kernels before 6.1 (Ubuntu 22.04's 5.15, RHEL 8/9) read from a
 root that is not live have nothing else. The CPU facts are recorded as the kernel prints
 them; what NCCL makes of them is agentd.nccl.topo's business.
+
+When the node booted (``booted_at``, ``boot_time_source``; ``boot_time``) comes from the
+root, never from the machine agentd runs on unless that machine is the root's kernel:
+``btime`` of ``proc/stat``; on a live root without it, now minus ``proc/uptime``; on a
+capture of a live node without it, the capture's time (its manifest's ``created``) minus
+the ``proc/uptime`` it recorded; else None. On a live root ``proc/stat`` changes every
+read (CPU and interrupt counters), so the system probe's journal never replays equal
+there: it runs in full each slow cycle (an equal SystemInfo still keeps the previous
+object downstream).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import time
+from collections.abc import Mapping
+from datetime import datetime
 
 from agentd.base import recorded
-from agentd.host.fs import ReadContext
+from agentd.host.fs import HostRoot, ReadContext
 from agentd.model import NumaNode, SystemInfo
 
 HOSTNAME = "proc/sys/kernel/hostname"
@@ -30,6 +43,16 @@ DMI_SYS_VENDOR = "sys/class/dmi/id/sys_vendor"
 # The first processor block holds everything we need; 256 KiB covers it with room to spare.
 CPUINFO_MAX_BYTES = 256 * 1024
 MODULES_MAX_BYTES = 1024 * 1024
+
+PROC_STAT = "proc/stat"
+PROC_UPTIME = "proc/uptime"
+# /proc/stat has a line per CPU and an "intr" line with a count per interrupt (thousands on
+# a node with many MSI-X vectors) before "btime": 1 MiB holds a large node's with room.
+STAT_MAX_BYTES = 1 << 20
+UPTIME_MAX_BYTES = 4096
+# 9999-12-31T23:59:59Z, the latest time a datetime shows: anything later is no boot time.
+_MAX_EPOCH_S = 253402300799
+_BTIME_LINE = re.compile(rb"^btime[ \t]([^\n]*)", re.M)
 
 _NODE_DIR = re.compile(r"^node(\d+)$")
 _POWER_GEN = re.compile(r"^POWER(\d+)")
@@ -179,8 +202,90 @@ def _machine_id(ctx: ReadContext) -> str | None:
     return value if _MACHINE_ID.fullmatch(value) else None
 
 
+def parse_btime(data: bytes) -> int | None:
+    """The ``btime`` line of /proc/stat: "boot time, in seconds since the Epoch"
+    (Documentation/filesystems/proc.rst). Only the first line that starts with ``btime``
+    is parsed; None when there is none, or its value is not a whole number of seconds
+    after 1970 and before the year 10000.
+
+    The kernel computes it on every read as the wall clock now minus the time since boot
+    (getboottime64), so it moves with steps of the wall clock (NTP, settimeofday): it is
+    the wall-clock time of the boot as the clock sees it now, good to seconds, plenty for a
+    window of minutes."""
+    m = _BTIME_LINE.search(data)
+    if m is None:
+        return None
+    value = m.group(1).strip()
+    if not value.isdigit() or len(value) > 20:  # bytes.isdigit: ASCII digits only
+        return None
+    seconds = int(value)
+    return seconds if 0 < seconds <= _MAX_EPOCH_S else None
+
+
+def parse_uptime(text: str) -> float | None:
+    """The first field of /proc/uptime: seconds since boot (CLOCK_BOOTTIME); None unless it
+    is a finite number between 0 and the span ``parse_btime`` accepts."""
+    try:
+        up = float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+    return up if math.isfinite(up) and 0 <= up <= _MAX_EPOCH_S else None
+
+
+def recorded_moment(host: HostRoot) -> float | None:
+    """When a capture of a live node read its files: its manifest's ``created`` (written
+    seconds after the collection it records). None for anything else (a copied tree, a
+    simulated root, a capture of a capture: their files were not read at that time)."""
+    m = host.manifest
+    if m is None or m.get("kind") != "capture":
+        return None
+    source = m.get("source")
+    created = m.get("created")
+    if not isinstance(source, Mapping) or source.get("mode") != "live" or not isinstance(created, str):
+        return None
+    try:
+        at = datetime.fromisoformat(created)
+    except ValueError:
+        return None
+    return at.timestamp() if at.tzinfo is not None else None
+
+
+def _uptime(ctx: ReadContext) -> float | None:
+    raw = ctx.raw(PROC_UPTIME, max_bytes=UPTIME_MAX_BYTES)
+    if not raw:
+        return None
+    up = parse_uptime(raw.decode("ascii", "replace"))
+    if up is None:
+        ctx.error(PROC_UPTIME, "unparsable", f"expected seconds since boot, got {raw[:40]!r}")
+    return up
+
+
+def boot_time(ctx: ReadContext) -> tuple[float | None, str | None]:
+    """(unix time the root's node booted, where that came from); (None, None) when the
+    root does not say. See the module docstring for the order. Never raises."""
+    raw = ctx.raw(PROC_STAT, max_bytes=STAT_MAX_BYTES)
+    if raw:
+        btime = parse_btime(raw)
+        if btime is not None:
+            return float(btime), "proc/stat btime"
+        ctx.error(PROC_STAT, "unparsable", f"no btime line in its first {len(raw)} bytes")
+    if ctx.host.is_live:  # the running kernel is the root's: its clock and uptime agree
+        up = _uptime(ctx)
+        # whole seconds, so that two reads of one boot give the same SystemInfo
+        return (float(round(time.time() - up)), "proc/uptime") if up is not None else (None, None)
+    at = recorded_moment(ctx.host)
+    if at is None:
+        return None, None  # never this machine's clock minus another node's uptime
+    up = _uptime(ctx)
+    if up is None:
+        return None, None
+    return float(round(at - up)), "proc/uptime at the capture's time"
+
+
 def read_system(ctx: ReadContext) -> SystemInfo:
     """Never raises; absent files leave their fields None."""
+    # First: on a live root proc/stat differs on every read, so a journal replay stops here.
+    booted_at, boot_source = boot_time(ctx)
     cpu: dict[str, str] = {}
     raw = ctx.raw(CPUINFO, max_bytes=CPUINFO_MAX_BYTES)
     if raw is not None:
@@ -208,4 +313,6 @@ def read_system(ctx: ReadContext) -> SystemInfo:
         numa_nodes=_numa_nodes(ctx),
         virtualization=_virtualization(ctx, cpu.get("flags", "").split()),
         loaded_modules=parse_proc_modules(modules_text) if modules_text else (),
+        booted_at=booted_at,
+        boot_time_source=boot_source,
     )

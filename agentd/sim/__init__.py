@@ -3,7 +3,8 @@
 Public API::
 
     PROFILES                     name -> Profile (h100-ib, h100-roce, pcie-4gpu)
-    build_tree(profile, out_dir, *, faults=()) -> Path
+    build_tree(profile, out_dir, *, faults=(), booted_ago_s=BOOTED_AGO_S) -> Path
+    set_boot_time(root, booted_at, *, reboot=False)   the node booted then (proc/stat, proc/uptime)
     parse_fault(spec) -> Fault   KIND[@TARGET][=VALUE]; ValueError lists valid kinds
     apply_fault(root, spec) -> Fault        (target/value resolved)
     clear_fault(root, spec) -> Fault
@@ -29,6 +30,7 @@ has no ``speed``. An "unreadable" file is a directory (EISDIR), since root reads
 mode. Module docstrings of build, pci, rdma, net, node, faults and fault_kinds give details.
 """
 
+from agentd.sim.boot import BOOTED_AGO_S, set_boot_time
 from agentd.sim.build import build_tree
 from agentd.sim.fault_kinds import describe_kinds
 from agentd.sim.faults import FAULT_KINDS, Fault, applied_faults, apply_fault, clear_fault, parse_fault
@@ -39,6 +41,8 @@ __all__ = [
     "PROFILES",
     "Profile",
     "build_tree",
+    "BOOTED_AGO_S",
+    "set_boot_time",
     "pci_layout",
     "Fault",
     "FAULT_KINDS",

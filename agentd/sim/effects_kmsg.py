@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from agentd.base.atomic import read_regular
+from agentd.sim.boot import PROC_UPTIME
 from agentd.sim.node import KMSG
 from agentd.sim.targets import Ctx, Target
 
@@ -56,12 +57,22 @@ def append(ctx: Ctx, messages: list[tuple[int, str]]) -> None:
         data = b""
     last = _SEQ_USEC.findall(data)
     seq, usec = (int(last[-1][0]), int(last[-1][1])) if last else (0, 10_000_000)
+    # Not before the tree's uptime (agentd.sim.boot): a reader dates a record by it, and a
+    # record older than the uptime would be dated before the fault was applied.
+    usec = max(usec, _uptime_usec(ctx))
     out = []
     for level, text in messages:
         seq, usec = seq + 1, usec + 1_000_000
         out.append(f"{level},{seq},{usec},-;{text}\n")
     with open(path, "a") as f:
         f.write("".join(out))
+
+
+def _uptime_usec(ctx: Ctx) -> int:
+    try:
+        return int(float(read_regular(ctx.path(PROC_UPTIME), 4096).split()[0]) * 1_000_000)
+    except (OSError, ValueError, IndexError, OverflowError):
+        return 0
 
 
 def _bus(t: Target) -> str:

@@ -13,6 +13,7 @@ import atexit
 import json
 import shutil
 import tempfile
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 from agentd import __version__
 from agentd.base import recorded
 from agentd.sim import net, node, rdma
+from agentd.sim.boot import BOOTED_AGO_S, write_boot_time
 from agentd.sim.pci import pci_layout, write_pci
 from agentd.sim.profiles import PROFILES, Profile
 from agentd.sim.tree import write_attr
@@ -34,14 +36,17 @@ def get_profile(name: str) -> Profile:
         raise ValueError(f"unknown profile {name!r}; valid profiles: {', '.join(sorted(PROFILES))}") from None
 
 
-def write_profile_tree(profile: Profile, root: Path) -> None:
-    """Write the fault-free tree for a profile into an empty directory."""
+def write_profile_tree(profile: Profile, root: Path, *, booted_ago_s: float = BOOTED_AGO_S) -> None:
+    """Write the fault-free tree for a profile into an empty directory: a node that
+    booted ``booted_ago_s`` before now (agentd.sim.boot)."""
     layout = pci_layout(profile)
     write_pci(root, profile, layout)
     rdma.write_rdma(root, profile, layout)
     net.write_netdevs(root, profile, layout)
     node.write_node(root, profile)
     node.write_log(root, str(uuid.uuid4()))  # each build is a new boot
+    now = time.time()
+    write_boot_time(root, now - booted_ago_s, profile.nr_cpus, now=now)
     write_attr(root / MARKER, json.dumps({"profile": profile.name, "faults": []}, indent=2))
     created = datetime.now(UTC).isoformat(timespec="seconds")
     doc = recorded.manifest("simulation", agentd_version=__version__, created=created, extra={"profile": profile.name})
