@@ -177,6 +177,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from agentd.judging.judge import judge, node_identity
+    from agentd.judging.lifecycle import Tracks, advance
+    from agentd.model import overall_status
     from agentd.outputs.baseline_store import (
         BaselineError,
         load_baseline,
@@ -184,8 +186,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         recorded_baseline_path,
         save_baseline,
     )
-    from agentd.judging.lifecycle import Tracks, advance
-    from agentd.model import overall_status
     from agentd.outputs.maintenance import maintenance_path, read_maintenance
     from agentd.views import findings_json, findings_text
 

@@ -126,6 +126,7 @@ def test_tracks_round_trip_through_json_keeping_since_and_sticky_windows() -> No
     assert again.findings[0].since == T0
     [gone] = run([(T0 + 60, [])], s, tracks=restored)
     assert gone.findings[0].clears_at == T0 + 300 and gone.findings[0].subject == "mlx5_0:1"
+    assert gone.findings[0].about == port_subject("mlx5_0", 1)  # typed: NCCL port verdicts still relate it
 
 
 def test_a_long_gap_starts_a_new_episode() -> None:

@@ -186,7 +186,7 @@ class Publisher:
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
         if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)
             life = advance(self.extra_tracks, extra, now=snap.taken_at, settings=ctx.config.lifecycle,
-                           booted_at=getattr(snap.system, "booted_at", None))
+                           booted_at=snap.system.booted_at)
             self.extra_tracks, extra = life.tracks, list(life.findings)
         base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
         findings, _ = with_staleness(base, snap, ctx.stale_limits, mono)

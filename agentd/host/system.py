@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from agentd.base import recorded
-from agentd.host.fs import HostRoot, ReadContext
+from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.model import NumaNode, SystemInfo
 
 HOSTNAME = "proc/sys/kernel/hostname"
@@ -260,9 +260,31 @@ def _uptime(ctx: ReadContext) -> float | None:
     return up
 
 
+# Boot times read on live roots, by (root, boot id). On a live node proc/stat and
+# proc/uptime differ on every read, so reading either each slow cycle would make the
+# system probe's read journal never match (a full re-read of cpuinfo and modules every
+# time); the boot time of one boot does not change, so it is read once per boot.
+_LIVE_BOOTS: dict[tuple[str, str], tuple[float | None, str | None]] = {}
+
+
 def boot_time(ctx: ReadContext) -> tuple[float | None, str | None]:
     """(unix time the root's node booted, where that came from); (None, None) when the
     root does not say. See the module docstring for the order. Never raises."""
+    if not ctx.host.is_live:
+        return _boot_time(ctx)
+    boot_id = ctx.text(BOOT_ID)
+    if not boot_id:
+        return _boot_time(ctx)
+    key = (str(ctx.host.root), boot_id)
+    hit = _LIVE_BOOTS.get(key)
+    if hit is None:
+        if len(_LIVE_BOOTS) > 64:
+            _LIVE_BOOTS.clear()
+        hit = _LIVE_BOOTS[key] = _boot_time(ctx)
+    return hit
+
+
+def _boot_time(ctx: ReadContext) -> tuple[float | None, str | None]:
     raw = ctx.raw(PROC_STAT, max_bytes=STAT_MAX_BYTES)
     if raw:
         btime = parse_btime(raw)
@@ -284,7 +306,6 @@ def boot_time(ctx: ReadContext) -> tuple[float | None, str | None]:
 
 def read_system(ctx: ReadContext) -> SystemInfo:
     """Never raises; absent files leave their fields None."""
-    # First: on a live root proc/stat differs on every read, so a journal replay stops here.
     booted_at, boot_source = boot_time(ctx)
     cpu: dict[str, str] = {}
     raw = ctx.raw(CPUINFO, max_bytes=CPUINFO_MAX_BYTES)

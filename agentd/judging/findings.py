@@ -9,6 +9,7 @@ by :func:`finding`: the message is always one line, and the subject is a typed
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from agentd.model import Finding, Severity, Subject
 
@@ -104,3 +105,16 @@ def finding_line(f: Finding) -> str:
     tail = f" [{', '.join(times)}]" if times else ""
     head = f"({f.withheld}) " if f.withheld is not None else ""
     return f"{head}{f.severity} {f.code} {f.subject}: {f.message}{tail}"
+
+
+def restored(data: Any) -> Finding:
+    """A finding read back from agentd's own state file (the lifecycle's tracks: its JSON
+    plus ``about``, the typed subject), built by ``finding`` like any other. Raises
+    (ValueError, TypeError, KeyError) on anything else."""
+    if not isinstance(data, dict):
+        raise TypeError("a finding is a JSON object")
+    about = Subject.model_validate(data["about"])
+    f = finding(data["code"], data["severity"], about, data["message"], data.get("remediation", ""),
+                measured=data.get("measured"), expected=data.get("expected"))
+    check = data.get("check")
+    return f.model_copy(update={"check": check}) if isinstance(check, str) else f

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from agentd.config import FindingPolicy, LifecycleSettings
+from agentd.judging.findings import restored
 from agentd.model import Finding, Withheld, sort_findings
 
 Key = tuple[str, str]  # (code, subject)
@@ -66,7 +67,8 @@ class Tracks:
     def to_json(self) -> list[dict[str, Any]]:
         return [
             {"since": t.since, "last_seen": t.last_seen, "seen": t.seen, "raised": t.raised,
-             "finding": t.finding.model_dump(mode="json", exclude_none=True, exclude={"since", "raises_at", "clears_at", "withheld"})}
+             "finding": {**t.finding.model_dump(mode="json", exclude_none=True, exclude={"since", "raises_at", "clears_at", "withheld"}),
+                         "about": t.finding.about.model_dump(mode="json", exclude_none=True)}}
             for t in self.by_key.values()
         ]  # fmt: skip
 
@@ -76,7 +78,7 @@ class Tracks:
         out: dict[Key, Track] = {}
         for item in items if isinstance(items, (list, tuple)) else ():
             try:
-                f = Finding.model_validate(item["finding"])
+                f = restored(item["finding"])
                 since, last = float(item["since"]), float(item["last_seen"])
                 seen, raised = int(item["seen"]), item["raised"]
                 if not (math.isfinite(since) and math.isfinite(last)) or seen < 1 or not isinstance(raised, bool) or f.severity == "ok":

@@ -54,7 +54,7 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
     NCCL files from the findings that count."""
     j = judge(snap, history, config, baseline)
     life = advance(tracks if tracks is not None else Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle,
-                   booted_at=getattr(snap.system, "booted_at", None))
+                   booted_at=snap.system.booted_at)
     ev = Evaluation(
         findings=life.findings,
         status=overall_status(life.findings),

@@ -65,7 +65,8 @@ def test_required_alerts_exist():
 @pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: f"{r['alert']}-{r['labels'].get('severity')}")
 def test_rule_is_complete(rule):
     assert rule.get("for"), "every alert waits (for:) before firing"
-    assert rule["labels"].get("severity") in ("critical", "warning")
+    # info: a state to know about and inhibit with (AgentdMaintenance), never a fault
+    assert rule["labels"].get("severity") in ("critical", "warning") or (rule["alert"], rule["labels"].get("severity")) == ("AgentdMaintenance", "info")
     ann = rule["annotations"]
     for key in ("summary", "description", "runbook"):
         assert len(ann.get(key, "").strip()) > 20, key
