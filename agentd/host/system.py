@@ -179,6 +179,12 @@ def _machine_id(ctx: ReadContext) -> str | None:
     return value if _MACHINE_ID.fullmatch(value) else None
 
 
+def read_identity(ctx: ReadContext) -> tuple[str | None, str | None]:
+    """(hostname, machine_id) as ``read_system`` reads them: what tells agentd's persisted
+    state whose it is, before the first collection."""
+    return ctx.text(HOSTNAME) or None, _machine_id(ctx)
+
+
 def read_system(ctx: ReadContext) -> SystemInfo:
     """Never raises; absent files leave their fields None."""
     cpu: dict[str, str] = {}
@@ -198,9 +204,10 @@ def read_system(ctx: ReadContext) -> SystemInfo:
     model = _int(cpu.get("model")) if vendor else None
 
     modules_text = ctx.text(PROC_MODULES, max_bytes=MODULES_MAX_BYTES)
+    hostname, machine_id = read_identity(ctx)
     return SystemInfo(
-        hostname=ctx.text(HOSTNAME) or None,
-        machine_id=_machine_id(ctx),
+        hostname=hostname,
+        machine_id=machine_id,
         arch=arch,
         cpu_vendor=vendor,
         cpu_family=family,
