@@ -464,8 +464,9 @@ class History:
 #         "pci": [{"bdf", "aer": PcieAer | null, "current_link_speed", "current_link_width"}]}
 # Field names are the model's (IbPort, Netdev, NvmlGpu, NvLink, PciLinkRead), so reading
 # one back is their validation. A list equal to the previous entry's is written as
-# ``SAME`` ("="): a steady node's PCI AER counters and NVLinks are written once, not
-# every entry (~40 and ~13 KB an entry on an 8-GPU node).
+# ``SAME`` ("="), and in a list that changed, an item equal to the previous list's item at
+# the same position: a steady node's PCI AER counters and NVLinks are written once, not
+# every entry (~40 and ~13 KB an entry on an 8-GPU node), a flap costs the one HCA.
 
 SAME = "="
 SHAREABLE = ("hcas", "netdevs", "gpus", "pci")
@@ -528,22 +529,38 @@ def export_entries(items: Sequence[tuple[NodeSnapshot, Hashable]], now: float, *
         shown = dict(e)
         if prev is not None:
             for k in SHAREABLE:
-                if e[k] == prev[k]:
+                old = prev[k]
+                if e[k] == old:
                     shown[k] = SAME
+                else:
+                    shown[k] = [SAME if i < len(old) and x == old[i] else x for i, x in enumerate(e[k])]
         out.append(shown)
         prev = e
     return out
 
 
+def _resolved(e: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+    """``e`` with every ``SAME`` replaced by what it stands for in ``last`` (the lists of
+    the entry before, resolved; updated to ``e``'s). Standing for nothing: None."""
+    e = dict(e)
+    for k in SHAREABLE:
+        v, old = e.get(k), last.get(k)
+        if isinstance(v, str) and v == SAME:
+            v = old
+        elif isinstance(v, list):
+            v = [(old[i] if isinstance(old, list) and i < len(old) else None) if isinstance(x, str) and x == SAME else x
+                 for i, x in enumerate(v)]
+        e[k] = last[k] = v
+    return e
+
+
 def drop_oldest(entries: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """``entries`` without the oldest ``n``: a ``SAME`` in the new first entry becomes the
-    value it stood for."""
-    kept = [dict(e) for e in entries[n:]]
-    if kept and n > 0:
-        for k in SHAREABLE:
-            if kept[0].get(k) == SAME:
-                kept[0][k] = next((e[k] for e in reversed(entries[:n]) if isinstance(e, dict) and e.get(k) not in (SAME, None)), None)
-    return kept
+    """``entries`` without the oldest ``n``; the new first entry says in full what its
+    ``SAME`` stood for."""
+    last: dict[str, Any] = {}
+    for e in entries[: n + 1]:
+        first = _resolved(e, last) if isinstance(e, dict) else e
+    return [first, *entries[n + 1:]] if len(entries) > n else []
 
 
 def _entry_sig(s: NodeSnapshot) -> Hashable:
@@ -556,11 +573,10 @@ def _entry_sig(s: NodeSnapshot) -> Hashable:
     )
 
 
-def _seed_one(c: Compactor, e: Any, prev: NodeSnapshot | None) -> NodeSnapshot:
-    """A compact entry from one exported entry (what ``Compactor.snapshot`` makes of a
-    whole one); raises on anything malformed."""
-    if not isinstance(e, dict):
-        raise TypeError("not an object")
+def _seed_one(c: Compactor, e: dict[str, Any], prev: NodeSnapshot | None, reuse: set[str]) -> NodeSnapshot:
+    """A compact entry from one exported entry (``SAME`` resolved; ``reuse``: the lists
+    that are the very ones ``prev`` was made of), what ``Compactor.snapshot`` makes of a
+    whole one; raises on anything malformed."""
     t = e["taken_at"]
     if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t in (float("inf"), float("-inf")):
         raise TypeError("taken_at is not a time")
@@ -574,16 +590,14 @@ def _seed_one(c: Compactor, e: Any, prev: NodeSnapshot | None) -> NodeSnapshot:
     pn: dict[str, Any] = {n.name: n for n in prev.netdevs} if prev is not None else {}
     pg: dict[str, Any] = {g.pci_bus_id: g for g in prev.nvml.gpus} if prev is not None else {}
     pp: dict[str, Any] = {d.bdf: d for d in prev.pci} if prev is not None else {}
-    if any(e[k] == SAME for k in SHAREABLE) and prev is None:
-        raise ValueError("refers to an entry that is not there")
-    hcas: tuple[Any, ...] = prev.hcas if e["hcas"] == SAME and prev is not None else tuple(
+    hcas: tuple[Any, ...] = prev.hcas if "hcas" in reuse and prev is not None else tuple(
         c.hca(Hca.model_validate(h), ph.get(h.get("name"))) for h in e["hcas"])
-    netdevs: tuple[Any, ...] = prev.netdevs if e["netdevs"] == SAME and prev is not None else tuple(
+    netdevs: tuple[Any, ...] = prev.netdevs if "netdevs" in reuse and prev is not None else tuple(
         c.netdev(Netdev.model_validate(n), pn.get(n.get("name"))) for n in e["netdevs"])
-    gpus: tuple[Any, ...] = prev.nvml.gpus if e["gpus"] == SAME and prev is not None else tuple(
+    gpus: tuple[Any, ...] = prev.nvml.gpus if "gpus" in reuse and prev is not None else tuple(
         c.gpu(NvmlGpu.model_validate(g), pg.get(g.get("pci_bus_id"))) for g in e["gpus"])
     # a duck PciDevice: PciEntry reads bdf, aer and the current link (aer None: link only)
-    pci: tuple[Any, ...] = prev.pci if e["pci"] == SAME and prev is not None else tuple(
+    pci: tuple[Any, ...] = prev.pci if "pci" in reuse and prev is not None else tuple(
         c.pci(PciLinkRead.model_validate(d), pp.get(d.get("bdf"))) for d in e["pci"])  # type: ignore[arg-type]
     if prev is not None:
         pci, hcas, netdevs, gpus = _same(pci, prev.pci), _same(hcas, prev.hcas), _same(netdevs, prev.netdevs), _same(gpus, prev.nvml.gpus)
@@ -604,19 +618,19 @@ def seed_entries(entries: Sequence[Any], before: float | None = None) -> list[tu
     prev: NodeSnapshot | None = None
     if not isinstance(entries, (list, tuple)):
         return out
-    broken = False  # an entry was skipped: a SAME after it would stand for the wrong list
+    last: dict[str, Any] = {}  # per list, the last one written out (what a SAME stands for)
+    made_of: dict[str, Any] = {}  # per list, the one ``prev`` was made of
     for e in entries:
+        if not isinstance(e, dict):
+            continue
+        e = _resolved(e, last)  # a SAME standing for nothing (None) makes the entry malformed
         try:
-            if broken and any(e[k] == SAME for k in SHAREABLE):
-                continue
-            s = _seed_one(c, e, prev)
+            s = _seed_one(c, e, prev, {k for k in SHAREABLE if e.get(k) is not None and e.get(k) is made_of.get(k)})
         except Exception:  # a damaged entry costs that entry, never the start
-            broken = True
             continue
         if (prev is not None and s.taken_at <= prev.taken_at) or (before is not None and s.taken_at >= before):
-            broken = True
             continue
-        broken = False
+        made_of = {k: e.get(k) for k in SHAREABLE}
         sig = _entry_sig(s)
         if out and out[-1][1] == sig:
             sig = out[-1][1]
