@@ -82,6 +82,10 @@ class Daemon:
         link_opener: Callable[[], Any] | None = None,
         log: Any = None,
     ):
+        # The history's state file is the node's collections': a daemon given another
+        # collector (the tests' fakes) neither reads nor writes it (paths.state_dir would
+        # be the real one).
+        self.persist_history = collector is None
         if collector is None:
             collector = Collector(host, config)
             probe_tiers = PROBE_TIERS
@@ -389,6 +393,8 @@ class Daemon:
         """Seed the history with the previous run's before the first collection, so a
         restart neither forgets a flapping port nor counts its flaps again (read in a lane
         with a timeout: no file I/O on the event loop)."""
+        if not self.persist_history:
+            return
         path = history_path(self.config.paths.state_dir)
 
         def job() -> LoadedHistory:
@@ -421,6 +427,8 @@ class Daemon:
         rose (a flap must not be lost to a crash), else at most every intervals.medium_s;
         ``final``: at stop. Fire and forget in its lane (a hung write skips; the next
         publish tries again)."""
+        if not self.persist_history:
+            return None
         mark = self.history.newest_mark()
         prev, at = self._history_saved
         now = time.monotonic()
