@@ -38,10 +38,12 @@ from __future__ import annotations
 from array import array
 from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from agentd.model import Hca, IbPort, Netdev, NodeSnapshot, NvmlGpu, NvmlInfo, PciDevice
+from agentd.model import Hca, IbPort, Netdev, NodeSnapshot, NvmlGpu, NvmlInfo, PciDevice, PciLinkRead
 
 T = TypeVar("T")
 RATE_WINDOW_S = 600.0  # default of thresholds.rate_window_s
+EXPORT_MAX_ENTRIES = 400  # entries a state file holds at most (History.export)
+EXPORT_RATE_POINTS = 12  # readings within the rate window it keeps
 
 
 def _share_items(prev: tuple[T, ...], new: tuple[T, ...], key: Callable[[T], Hashable], inner: Callable[[T, T], T] | None = None) -> tuple[T, ...]:
@@ -79,8 +81,10 @@ def _share_hca(old: Hca, new: Hca) -> Hca:
 
 
 def share(prev: NodeSnapshot | None, new: NodeSnapshot) -> NodeSnapshot:
-    """``new`` with every component equal to ``prev``'s replaced by ``prev``'s object."""
-    if prev is None:
+    """``new`` with every component equal to ``prev``'s replaced by ``prev``'s object.
+    A compact ``prev`` (a history seeded from the state file) shares nothing: its parts
+    are not the snapshot's types."""
+    if prev is None or is_compact(prev):
         return new
     upd: dict[str, Any] = {
         "pci": _share_items(prev.pci, new.pci, lambda d: d.bdf),
@@ -330,13 +334,18 @@ class Compactor:
 T2 = TypeVar("T2")
 
 
+def is_compact(s: NodeSnapshot) -> bool:
+    """Whether ``s`` is a compact history entry (not a whole snapshot)."""
+    return s.system is _SYSTEM
+
+
 def _same(new: tuple[T2, ...], old: tuple[Any, ...]) -> tuple[T2, ...]:
     if len(new) == len(old) and all(a is b for a, b in zip(new, old)):
         return old
     return new
 
 
-_SYSTEM = NodeSnapshot.model_fields["system"].get_default()
+_SYSTEM = NodeSnapshot.model_fields["system"].get_default()  # a copy: its identity marks a compact entry
 _GDR = NodeSnapshot.model_fields["gdr"].get_default()
 _SNAP_FIELDS = set(NodeSnapshot.model_fields)  # shared by every entry (records are frozen: never changed)
 _NVML_FIELDS = set(NvmlInfo.model_fields)
@@ -372,12 +381,13 @@ class History:
             sig = items[-1][1]  # share the signature too (it is ~10 KB on an 8-GPU node)
         if (
             len(items) >= 2
+            and not is_compact(items[-1][0])
             and items[-1][1] == sig
             and items[-1][0].taken_at - items[-2][0].taken_at < self.spacing_s
         ):
             items[-1] = (snap, sig)  # the tail moves forward until it is spacing_s from its predecessor
         else:
-            if items:
+            if items and not is_compact(items[-1][0]):
                 last, last_sig = items[-1]
                 items[-1] = (self._compactor.snapshot(last, items[-2][0] if len(items) >= 2 else None), last_sig)
             items.append((snap, sig))
@@ -399,6 +409,234 @@ class History:
                     continue
             kept.append(entry)
         self._items[:] = kept
+
+    # -- persistence (agentd.outputs.history_store writes and reads the file) ----------
+    def newest_mark(self) -> Hashable:
+        """Changes when a link of the newest entry changed state or a port's
+        ``link_downed`` rose: a flap the state file must hold at once."""
+        if not self._items:
+            return None
+        s, sig = self._items[-1]
+        return sig, tuple((h.name, p.port, p.counters.get("link_downed")) for h in s.hcas for p in h.ports)
+
+    def export(self, now: float, *, flap_window_s: float, rate_window_s: float,
+               max_entries: int = EXPORT_MAX_ENTRIES, rate_points: int = EXPORT_RATE_POINTS) -> list[dict[str, Any]]:
+        """What a restarted agentd needs to go on judging rates and flaps, as JSON-ready
+        dicts, oldest first (``export_entries``). Safe in a worker thread: it works on a
+        copy of the entry list (one atomic list copy), and stored entries never change."""
+        return export_entries(list(self._items), now, flap_window_s=flap_window_s, rate_window_s=rate_window_s,
+                              max_entries=max_entries, rate_points=rate_points)
+
+    def seed(self, entries: Sequence[Any]) -> int:
+        """Put exported entries (oldest first) in front of the history; returns how many
+        were taken. An entry that is malformed, or not older than the one after it, is
+        skipped: never raises."""
+        first = self._items[0][0].taken_at if self._items else None
+        seeded = seed_entries(entries, before=first)
+        self._items[:0] = seeded
+        del self._items[: max(0, len(self._items) - self.maxlen)]
+        return len(seeded)
+
+
+# ---------------------------------------------------------------------------
+# persistence: compact entries <-> JSON
+#
+# A restart must neither forget a flapping port nor count its flaps again, and rates must
+# go on from the counters read before it. What the checks read of the history (module
+# doc) decides what is kept:
+# - entries within the rate window, thinned to ``rate_points`` (the oldest and newest
+#   kept: a rate needs its first and last reading; monotonic counters lose nothing in
+#   between), in full;
+# - every entry in that window or in the flap window where a link state changed (the
+#   History's ``link_states`` signature: flaps and seen-active), and the oldest entry of the
+#   flap window (the first state and ``link_downed`` reading; in full: kernel events are
+#   judged from the AER counters when the history reaches back before them). Older entries
+#   keep only the IB port states, ``link_downed`` (the flap count; increments add up across
+#   the entries left out) and the PCIe links (pcie.link.retrained's window may be long);
+# - at most ``max_entries``, the newest.
+#
+# Entry: {"taken_at", "host_root", "host_mode", "nvml": {"available", "asked"},
+#         "hcas": [{"name", "ports": [{"port", "state", "phys_state", "link_layer", "netdev",
+#                                      "counters", "hw_counters"}]}],
+#         "netdevs": [{"name", "operstate", "carrier", "ethtool": {pause counters} | null}],
+#         "gpus": [{"index", "pci_bus_id", "error", "pcie_replay_errors",
+#                   "nvlinks": [{"link", "state", "errors"}]}],
+#         "pci": [{"bdf", "aer": PcieAer | null, "current_link_speed", "current_link_width"}]}
+# Field names are the model's (IbPort, Netdev, NvmlGpu, NvLink, PciLinkRead), so reading
+# one back is their validation. A list equal to the previous entry's is written as
+# ``SAME`` ("="), and in a list that changed, an item equal to the previous list's item at
+# the same position: a steady node's PCI AER counters and NVLinks are written once, not
+# every entry (~40 and ~13 KB an entry on an 8-GPU node), a flap costs the one HCA.
+
+SAME = "="
+SHAREABLE = ("hcas", "netdevs", "gpus", "pci")
+
+def _port_json(p: Any, full: bool) -> dict[str, Any]:
+    if full:
+        counters, hw = dict(p.counters), dict(p.hw_counters)
+    else:
+        downed = p.counters.get("link_downed")
+        counters, hw = ({"link_downed": downed} if isinstance(downed, int) else {}), {}
+    return {"port": p.port, "state": p.state, "phys_state": p.phys_state, "link_layer": p.link_layer,
+            "netdev": p.netdev, "counters": counters, "hw_counters": hw}
+
+
+def _pause(ethtool: Mapping[str, int] | None) -> dict[str, int] | None:
+    return None if ethtool is None else {k: ethtool[k] for k in _PAUSE if k in ethtool}
+
+
+def entry_json(s: NodeSnapshot, full: bool = True) -> dict[str, Any]:
+    """One history entry (whole or compact) as JSON-ready data; ``full=False``: the IB port
+    states with ``link_downed`` and the PCIe links only."""
+    pci = [d for d in s.pci if d.aer is not None]
+    return {
+        "taken_at": s.taken_at, "host_root": s.host_root, "host_mode": s.host_mode,
+        "nvml": {"available": s.nvml.available, "asked": s.nvml.asked},
+        "hcas": [{"name": h.name, "ports": [_port_json(p, full) for p in h.ports]} for h in s.hcas],
+        "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "ethtool": _pause(n.ethtool)} for n in s.netdevs] if full else [],
+        "gpus": [{"index": g.index, "pci_bus_id": g.pci_bus_id, "error": g.error, "pcie_replay_errors": g.pcie_replay_errors,
+                  "nvlinks": [{"link": x.link, "state": x.state, "errors": dict(x.errors)} for x in g.nvlinks]}
+                 for g in s.nvml.gpus] if full else [],
+        "pci": [{"bdf": d.bdf, **({"aer": d.aer.model_dump()} if full and d.aer is not None else {}),
+                 "current_link_speed": d.current_link_speed, "current_link_width": d.current_link_width} for d in pci],
+    }
+
+
+def _evenly(indexes: list[int], n: int) -> set[int]:
+    if len(indexes) <= n:
+        return set(indexes)
+    step = (len(indexes) - 1) / (n - 1)
+    return {indexes[round(i * step)] for i in range(n)} | {indexes[0], indexes[-1]}
+
+
+def export_entries(items: Sequence[tuple[NodeSnapshot, Hashable]], now: float, *, flap_window_s: float, rate_window_s: float,
+                   max_entries: int = EXPORT_MAX_ENTRIES, rate_points: int = EXPORT_RATE_POINTS) -> list[dict[str, Any]]:
+    """The entries of ``items`` (History's (entry, link_states) pairs, oldest first) a
+    restart needs, as JSON-ready dicts (see the comment above)."""
+    window = [i for i, (s, _) in enumerate(items) if now - max(flap_window_s, rate_window_s) <= s.taken_at <= now]
+    if not window:
+        return []
+    flap_from, rate_from = now - flap_window_s, now - rate_window_s
+    recent = [i for i in window if items[i][0].taken_at >= rate_from] or window[-1:]
+    full = _evenly(recent, max(2, rate_points))
+    full.add(window[0])
+    changed = {i for i in window[1:] if items[i][1] != items[i - 1][1] and items[i][0].taken_at >= flap_from}
+    picks = sorted(full | changed)[-max(1, max_entries):]
+    out: list[dict[str, Any]] = []
+    prev: dict[str, Any] | None = None
+    for i in picks:
+        e = entry_json(items[i][0], full=i in full or i >= recent[0])
+        shown = dict(e)
+        if prev is not None:
+            for k in SHAREABLE:
+                old = prev[k]
+                if e[k] == old:
+                    shown[k] = SAME
+                else:
+                    shown[k] = [SAME if i < len(old) and x == old[i] else x for i, x in enumerate(e[k])]
+        out.append(shown)
+        prev = e
+    return out
+
+
+def _resolved(e: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+    """``e`` with every ``SAME`` replaced by what it stands for in ``last`` (the lists of
+    the entry before, resolved; updated to ``e``'s). Standing for nothing: None."""
+    e = dict(e)
+    for k in SHAREABLE:
+        v, old = e.get(k), last.get(k)
+        if isinstance(v, str) and v == SAME:
+            v = old
+        elif isinstance(v, list):
+            v = [(old[i] if isinstance(old, list) and i < len(old) else None) if isinstance(x, str) and x == SAME else x
+                 for i, x in enumerate(v)]
+        e[k] = last[k] = v
+    return e
+
+
+def drop_oldest(entries: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """``entries`` without the oldest ``n``; the new first entry says in full what its
+    ``SAME`` stood for."""
+    last: dict[str, Any] = {}
+    for e in entries[: n + 1]:
+        first = _resolved(e, last) if isinstance(e, dict) else e
+    return [first, *entries[n + 1:]] if len(entries) > n else []
+
+
+def _entry_sig(s: NodeSnapshot) -> Hashable:
+    """A seeded entry's link states: like ``link_states`` (which needs whole PCI records)."""
+    return (
+        tuple((h.name, p.port, p.state, p.phys_state) for h in s.hcas for p in h.ports),
+        tuple((n.name, n.operstate, n.carrier) for n in s.netdevs),
+        tuple((g.pci_bus_id, link.link, link.state) for g in s.nvml.gpus for link in g.nvlinks),
+        tuple((d.bdf, d.current_link_speed, d.current_link_width) for d in s.pci),
+    )
+
+
+def _seed_one(c: Compactor, e: dict[str, Any], prev: NodeSnapshot | None, reuse: set[str]) -> NodeSnapshot:
+    """A compact entry from one exported entry (``SAME`` resolved; ``reuse``: the lists
+    that are the very ones ``prev`` was made of), what ``Compactor.snapshot`` makes of a
+    whole one; raises on anything malformed."""
+    t = e["taken_at"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t in (float("inf"), float("-inf")):
+        raise TypeError("taken_at is not a time")
+    host_root, host_mode, nvml = e["host_root"], e.get("host_mode"), e.get("nvml") or {}
+    if not isinstance(host_root, str) or host_mode not in (None, "live", "offline", "simulated") or not isinstance(nvml, dict):
+        raise TypeError("host_root, host_mode or nvml")
+    available, asked = nvml.get("available", False), nvml.get("asked", True)
+    if not isinstance(available, bool) or not isinstance(asked, bool):
+        raise TypeError("nvml")
+    ph: dict[str, Any] = {h.name: h for h in prev.hcas} if prev is not None else {}
+    pn: dict[str, Any] = {n.name: n for n in prev.netdevs} if prev is not None else {}
+    pg: dict[str, Any] = {g.pci_bus_id: g for g in prev.nvml.gpus} if prev is not None else {}
+    pp: dict[str, Any] = {d.bdf: d for d in prev.pci} if prev is not None else {}
+    hcas: tuple[Any, ...] = prev.hcas if "hcas" in reuse and prev is not None else tuple(
+        c.hca(Hca.model_validate(h), ph.get(h.get("name"))) for h in e["hcas"])
+    netdevs: tuple[Any, ...] = prev.netdevs if "netdevs" in reuse and prev is not None else tuple(
+        c.netdev(Netdev.model_validate(n), pn.get(n.get("name"))) for n in e["netdevs"])
+    gpus: tuple[Any, ...] = prev.nvml.gpus if "gpus" in reuse and prev is not None else tuple(
+        c.gpu(NvmlGpu.model_validate(g), pg.get(g.get("pci_bus_id"))) for g in e["gpus"])
+    # a duck PciDevice: PciEntry reads bdf, aer and the current link (aer None: link only)
+    pci: tuple[Any, ...] = prev.pci if "pci" in reuse and prev is not None else tuple(
+        c.pci(PciLinkRead.model_validate(d), pp.get(d.get("bdf"))) for d in e["pci"])  # type: ignore[arg-type]
+    if prev is not None:
+        pci, hcas, netdevs, gpus = _same(pci, prev.pci), _same(hcas, prev.hcas), _same(netdevs, prev.netdevs), _same(gpus, prev.nvml.gpus)
+    nvml_info = (prev.nvml if prev is not None and prev.nvml.gpus is gpus and (prev.nvml.available, prev.nvml.asked) == (available, asked)
+                 else NvmlInfo.model_construct(_NVML_FIELDS, available=available, driver_version=None, cuda_driver_version=None,
+                                               gpus=gpus, error=None, asked=asked))
+    return NodeSnapshot.model_construct(
+        _SNAP_FIELDS, taken_at=float(t), host_root=host_root, host_mode=host_mode, host_mode_reason=None,
+        system=_SYSTEM, pci=pci, gpus=(), hcas=hcas, netdevs=netdevs, gdr=_GDR, nvml=nvml_info, probes=(), read_errors=())
+
+
+def seed_entries(entries: Sequence[Any], before: float | None = None) -> list[tuple[NodeSnapshot, Hashable]]:
+    """History items from exported entries, oldest first: compact entries exactly as the
+    Compactor makes them. Malformed entries, and entries not strictly older than the next
+    taken one and than ``before``, are skipped."""
+    c = Compactor()
+    out: list[tuple[NodeSnapshot, Hashable]] = []
+    prev: NodeSnapshot | None = None
+    if not isinstance(entries, (list, tuple)):
+        return out
+    last: dict[str, Any] = {}  # per list, the last one written out (what a SAME stands for)
+    made_of: dict[str, Any] = {}  # per list, the one ``prev`` was made of
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        e = _resolved(e, last)  # a SAME standing for nothing (None) makes the entry malformed
+        try:
+            s = _seed_one(c, e, prev, {k for k in SHAREABLE if e.get(k) is not None and e.get(k) is made_of.get(k)})
+        except Exception:  # a damaged entry costs that entry, never the start
+            continue
+        if (prev is not None and s.taken_at <= prev.taken_at) or (before is not None and s.taken_at >= before):
+            continue
+        made_of = {k: e.get(k) for k in SHAREABLE}
+        sig = _entry_sig(s)
+        if out and out[-1][1] == sig:
+            sig = out[-1][1]
+        out.append((s, sig))
+        prev = s
+    return out
 
 
 def spans(history: Iterable[NodeSnapshot]) -> list[float]:

@@ -37,9 +37,13 @@ from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
 from agentd.host.runner import Lane, await_future
+from agentd.judging.baseline import NodeIdentity
+from agentd.judging.judge import node_identity
+from agentd.judging.lifecycle import Tracks
 from agentd.metrics.agent import process_stats
 from agentd.model import KernelLog, NodeSnapshot
 from agentd.outputs.evaluate import Evaluation, evaluate
+from agentd.outputs.history_store import LoadedHistory, history_path, load_history, node_now, save_history
 from agentd.outputs.kernel_cursor import cursor_path, load_cursor, save_cursor
 from agentd.outputs.maintenance import Maintenance, maintenance_path, read_maintenance
 from agentd.outputs.writer import Writer
@@ -80,6 +84,10 @@ class Daemon:
         link_opener: Callable[[], Any] | None = None,
         log: Any = None,
     ):
+        # The history's state file is the node's collections': a daemon given another
+        # collector (the tests' fakes) neither reads nor writes it (paths.state_dir would
+        # be the real one).
+        self.persist_history = collector is None
         if collector is None:
             collector = Collector(host, config)
             probe_tiers = PROBE_TIERS
@@ -120,6 +128,11 @@ class Daemon:
         self._maintenance_error: str | None = None
         self._cursor_saved: tuple[KernelLog | None, float] = (None, 0.0)
         self._cursor_error: str | None = None
+        self._history_lane = Lane("history")
+        self._history_saved: tuple[Any, float] = (None, 0.0)  # the newest entry's mark, when (monotonic)
+        self._history_error: str | None = None
+        self._history_boot: str | None = None  # the boot id read at start (a snapshot without the kernel log has none)
+        self.persisted_lifecycle: list[dict[str, Any]] = []  # the "lifecycle" list of the state file read at start
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -187,6 +200,7 @@ class Daemon:
             old, self._state = self._state, state
             self._last_cycle_mono = time.monotonic()
         self._save_kernel_cursor(snap.kernel)
+        self._save_history(snap)
         if self._maintenance_ended_at is not None:
             self.trigger_full()  # the fresh collection that ends it (ignored while one runs)
         log_state_changes(self.log, old, state)
@@ -417,9 +431,131 @@ class Daemon:
                 self.log.info("kernel_cursor.written", path=str(path))
             self._cursor_error = error
 
+    # -- the history's state file (agentd.outputs.history_store) -------------------------
+    async def _load_history(self) -> None:
+        """Seed the history with the previous run's before the first collection, so a
+        restart neither forgets a flapping port nor counts its flaps again (read in a lane
+        with a timeout: no file I/O on the event loop)."""
+        if not self.persist_history:
+            return
+        path = history_path(self.config.paths.state_dir)
+
+        def job() -> LoadedHistory:
+            node, self._history_boot = node_now(self.host, str(self.config.host_root))
+            return load_history(path, node=node, boot_id=self._history_boot)
+
+        fut, _ = self._history_lane.submit(job)
+        try:
+            loaded = await await_future(fut, self.config.timeouts.probe_s)
+        except Exception as e:
+            self.log.warning("history.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="rates and flaps start from this run's collections")
+            return
+        if loaded.status == "loaded":
+            self.persisted_lifecycle = loaded.lifecycle
+            n = await asyncio.to_thread(self.history.seed, loaded.snapshots)  # no collection runs yet
+            self._restore_lifecycle(loaded.lifecycle)
+            self.log.info("history.loaded", path=str(path), entries=n, lifecycle=len(loaded.lifecycle))
+        elif loaded.status == "set_aside":
+            self.log.warning("history.set_aside", path=str(path), note=loaded.note, moved_to=str(loaded.set_aside_to), effect="rates and flaps start from this run's collections")
+        elif loaded.status == "new_boot":
+            self.log.info("history.new_boot", path=str(path), note=loaded.note)
+        elif loaded.note:
+            self.log.warning("history.read_failed", path=str(path), error=loaded.note, effect="rates and flaps start from this run's collections")
+
+    # the lifecycle's tracks by scope: the checks' findings (the evaluator's), and those
+    # added at build (file writes, the benchmark)
+    def _lifecycle_export(self) -> list[dict[str, Any]]:
+        """The findings' lifecycles to persist beside the history (JSON objects): every
+        episode's since, sticky window and pending count (agentd.judging.lifecycle)."""
+        p = self.publisher
+        return [{**item, "scope": scope} for scope, tracks in (("checks", p.evaluator.tracks), ("outputs", p.extra_tracks))
+                for item in tracks.to_json()]
+
+    def _restore_lifecycle(self, items: list[dict[str, Any]]) -> None:
+        by_scope: dict[str, list[dict[str, Any]]] = {"checks": [], "outputs": []}
+        for item in items:
+            scope = item.get("scope") if isinstance(item, dict) else None
+            if isinstance(scope, str) and scope in by_scope:
+                by_scope[scope].append(item)
+        self.publisher.evaluator.tracks = Tracks.from_json(by_scope["checks"])
+        self.publisher.extra_tracks = Tracks.from_json(by_scope["outputs"])
+
+    def _lifecycle_mark(self) -> Any:
+        """What changes when an episode starts, counts or ends (not every sighting)."""
+        p = self.publisher
+        return tuple((k, t.since, t.raised) for tracks in (p.evaluator.tracks, p.extra_tracks) for k, t in tracks.by_key.items())
+
+    HISTORY_EVERY_S = 300.0  # the history file follows counters at most this often (flaps and episodes at once)
+
+    def _save_history(self, snap: NodeSnapshot, *, final: bool = False) -> Future[WriteResult] | None:
+        """Persist the history and the findings' lifecycles: at once when a link changed
+        state or a port's link_downed rose (a flap must not be lost to a crash) or an
+        episode started, counted or ended, else at most every HISTORY_EVERY_S (the file is
+        a few hundred KB: rewriting it every medium interval would cost more than the
+        collections it serves); ``final``: at stop. Fire and forget in its lane (a hung
+        write skips; the next publish tries again)."""
+        if not self.persist_history:
+            return None
+        mark = (self.history.newest_mark(), self._lifecycle_mark())
+        prev, at = self._history_saved
+        now = time.monotonic()
+        if not final and mark == prev and now - at < max(self.config.intervals.medium_s, self.HISTORY_EVERY_S):
+            return None
+        cfg, path = self.config, history_path(self.config.paths.state_dir)
+        node: NodeIdentity = node_identity(snap, cfg)
+        boot = snap.kernel.boot_id or self._history_boot
+        lifecycle, history, taken = self._lifecycle_export(), self.history, snap.taken_at
+
+        def job() -> WriteResult:
+            entries = history.export(taken, flap_window_s=cfg.thresholds.flap_window_s, rate_window_s=cfg.thresholds.rate_window_s)
+            return save_history(path, node=node, boot_id=boot, snapshots=entries, lifecycle=lifecycle)
+
+        fut, started = self._history_lane.submit(job)
+        if not started:
+            return None
+        self._history_saved = (mark, now)
+        fut.add_done_callback(lambda f: self._history_written(f, path))
+        return fut
+
+    def _history_written(self, fut: Future[WriteResult], path: Path) -> None:
+        """Say once when the history cannot be written (a restart would forget the flaps
+        since the last good write), and once when it can again."""
+        try:
+            error = fut.result().error
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        if error != self._history_error:
+            if error is not None:
+                self.log.error("history.write_failed", path=str(path), error=error, effect="after a restart, rates and flaps since the last good write are forgotten")
+            elif self._history_error is not None:
+                self.log.info("history.written", path=str(path))
+            self._history_error = error
+
+    async def _save_history_at_stop(self) -> None:
+        """One last save before exit, waited for at most ~1 s (a hung filesystem never
+        holds SIGTERM up)."""
+        snap = self._state.snapshot if self._state.ready else None
+        if snap is None or not len(self.history):
+            return
+        deadline = time.monotonic() + 1.0
+        fut = self._save_history(snap, final=True)
+        if fut is None:  # a save is in flight: let it finish, then write the newest
+            inflight, _ = self._history_lane.submit(lambda: None)
+            try:
+                await await_future(inflight, max(0.0, deadline - time.monotonic()))
+            except Exception:
+                return
+            fut = self._save_history(snap, final=True)
+        if fut is not None:
+            try:
+                await await_future(fut, max(0.0, deadline - time.monotonic()))
+            except Exception:
+                self.log.warning("history.stop_save_unfinished", path=str(history_path(self.config.paths.state_dir)))
+
     async def _startup(self) -> None:
         await self._load_baseline(self.config)
         await self._load_kernel_cursor()
+        await self._load_history()
         await self._guarded("all")
         for tier in TIERS:
             self._tasks.append(asyncio.create_task(self._tier_loop(tier), name=f"agentd-{tier}"))
@@ -467,6 +603,7 @@ class Daemon:
             for t in tasks:
                 t.cancel()
             await asyncio.wait(tasks, timeout=1.0)
+            await self._save_history_at_stop()
             await server.close()
             self.server = None
             self.notifier.close()

@@ -304,6 +304,12 @@ def _boot_time(ctx: ReadContext) -> tuple[float | None, str | None]:
     return float(round(at - up)), "proc/uptime at the capture's time"
 
 
+def read_identity(ctx: ReadContext) -> tuple[str | None, str | None]:
+    """(hostname, machine_id) as ``read_system`` reads them: what tells agentd's persisted
+    state whose it is, before the first collection."""
+    return ctx.text(HOSTNAME) or None, _machine_id(ctx)
+
+
 def read_system(ctx: ReadContext) -> SystemInfo:
     """Never raises; absent files leave their fields None."""
     booted_at, boot_source = boot_time(ctx)
@@ -324,9 +330,10 @@ def read_system(ctx: ReadContext) -> SystemInfo:
     model = _int(cpu.get("model")) if vendor else None
 
     modules_text = ctx.text(PROC_MODULES, max_bytes=MODULES_MAX_BYTES)
+    hostname, machine_id = read_identity(ctx)
     return SystemInfo(
-        hostname=ctx.text(HOSTNAME) or None,
-        machine_id=_machine_id(ctx),
+        hostname=hostname,
+        machine_id=machine_id,
         arch=arch,
         cpu_vendor=vendor,
         cpu_family=family,
