@@ -69,11 +69,20 @@ def state_changes(old: State | None, new: State) -> list[Event]:
     new_f = {(f.code, f.subject): f for f in new.findings}
     for key, f in new_f.items():
         prev = old_f.get(key)
-        fields = {"code": f.code, "subject": f.subject, "severity": f.severity, "message": f.message}
+        fields: dict[str, Any] = {"code": f.code, "subject": f.subject, "severity": f.severity, "message": f.message}
+        if f.withheld is not None:  # shown, not counted (observe, pending, boot_grace)
+            fields["withheld"] = f.withheld
+        if f.since is not None:
+            fields["since"] = f.since
+        level = _LEVEL_OF[f.severity] if f.withheld is None else "info" if f.severity != "ok" else "debug"
         if prev is None:
-            events.append((_LEVEL_OF[f.severity], "finding.raised", fields))
+            events.append((level, "finding.raised", fields))
         elif prev.severity != f.severity:
             events.append(("info", "finding.changed", {**fields, "old_severity": prev.severity}))
+        elif prev.withheld != f.withheld:  # now counts (pending met raise_after, grace over), or no longer
+            events.append((level, "finding.changed", {**fields, "old_withheld": prev.withheld}))
+        elif f.clears_at is not None and prev.clears_at is None:  # gone, sticky until clears_at
+            events.append(("info", "finding.clearing", {**fields, "clears_at": f.clears_at}))
     for key, f in old_f.items():
         if key not in new_f:
             level = "debug" if f.severity == "ok" else "info"

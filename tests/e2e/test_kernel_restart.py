@@ -19,11 +19,14 @@ pytestmark = pytest.mark.e2e
 
 
 class Run:
-    def __init__(self, tmp: Path, root: Path, n: int):
+    """``agentd run`` on ``root`` (log ``tmp/agentd-<n>.log``; ``extra``: config sections)."""
+
+    def __init__(self, tmp: Path, root: Path, n: int, extra: str = ""):
         self.port = free_port()
         cfg = tmp / "agentd.toml"
-        cfg.write_text(config_text(out=tmp / "node"))
-        self.log = open(tmp / f"agentd-{n}.log", "wb")
+        cfg.write_text(config_text(out=tmp / "node", extra=extra))
+        self.logfile = tmp / f"agentd-{n}.log"
+        self.log = open(self.logfile, "wb")
         self.proc = subprocess.Popen([*agentd_cmd(), "run", "--config", str(cfg), "--host-root", str(root), "--listen", f"127.0.0.1:{self.port}"],
                                      stdout=self.log, stderr=subprocess.STDOUT)
 

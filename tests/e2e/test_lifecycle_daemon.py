@@ -16,27 +16,13 @@ import pytest
 
 from agentd import sim
 from agentd.outputs.node_state import state_dir_for
-from tests.support.daemon_harness import REACT_S, agentd_cmd, config_text, free_port, http_get, poll, sample, stop_process
+from tests.e2e.test_kernel_restart import Run as KernelRun
+from tests.support.daemon_harness import REACT_S, agentd_cmd, poll, sample
 
 pytestmark = pytest.mark.e2e
 
 
-class Run:
-    def __init__(self, tmp: Path, root: Path, n: int, extra: str = ""):
-        self.port = free_port()
-        cfg = self.config = tmp / "agentd.toml"
-        cfg.write_text(config_text(out=tmp / "node", extra=extra))
-        self.logfile = tmp / f"agentd-{n}.log"
-        self.log = open(self.logfile, "wb")
-        self.proc = subprocess.Popen([*agentd_cmd(), "run", "--config", str(cfg), "--host-root", str(root), "--listen", f"127.0.0.1:{self.port}"],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            return http_get(f"http://127.0.0.1:{self.port}{path}")
-        except OSError:
-            return 0, b""
-
+class Run(KernelRun):
     def health(self) -> tuple[int, dict]:
         code, body = self.get("/health")
         return (code, json.loads(body)) if code in (200, 503) else (code, {})
@@ -44,10 +30,6 @@ class Run:
     def metric(self, name: str, **labels: str) -> float | None:
         code, body = self.get("/metrics")
         return sample(body.decode(), name, **labels) if code == 200 else None
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        self.log.close()
 
 
 def codes(body: dict, key: str = "findings") -> set[str]:

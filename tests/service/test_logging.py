@@ -42,6 +42,24 @@ def test_finding_raised_changed_cleared_and_status():
     assert sorted(names(state_changes(b, c))) == ["finding.cleared", "finding.cleared", "health.status_changed"]
 
 
+def test_the_lifecycle_is_logged_pending_then_counted_then_clearing():
+    now = time.time()
+    pending = CRIT.model_copy(update={"withheld": "pending", "since": now, "raises_at": now + 30})
+    a = fixtures.state(now=now)
+    b = fixtures.state(findings=(pending,), now=now)
+    [raised] = [e for e in state_changes(a, b) if e[1] == "finding.raised"]
+    assert raised[0] == "info" and raised[2]["withheld"] == "pending" and raised[2]["since"] == now
+    assert b.status == "ok"  # withheld: not counted
+    counted = pending.model_copy(update={"withheld": None, "raises_at": None})
+    c = fixtures.state(findings=(counted,), now=now)
+    ev = state_changes(b, c)
+    assert ("finding.changed", "pending") in [(e[1], e[2].get("old_withheld")) for e in ev]
+    assert ("warning", "health.status_changed", {"old": "ok", "new": "critical"}) in ev
+    sticky = counted.model_copy(update={"clears_at": now + 300})
+    [clearing] = [e for e in state_changes(c, fixtures.state(findings=(sticky,), now=now)) if e[1] == "finding.clearing"]
+    assert clearing[2]["clears_at"] == now + 300
+
+
 def test_probe_stale_and_recovered():
     now = time.time()
     fresh = fixtures.state(now=now)

@@ -130,3 +130,33 @@ def test_nfd_labels_written_on_change_and_kept_alive(tmp_path):
     assert "fabric-health=critical" in path.read_text()
     assert k.write(snap, ev(), "critical", c, 1002.0 + 3600).changed  # refreshed before expiry
     assert NfdKeeper().write(snap, ev(), "ok", AgentConfig(), 0.0) is None
+
+
+def test_maintenance_keeps_the_nccl_files_as_they_are_and_labels_the_node(tmp_path):
+    from agentd.outputs.writer import Writer
+
+    c = AgentConfig(paths={"nccl_env": str(tmp_path / "nccl.env"), "nccl_conf": str(tmp_path / "nccl.conf"),
+                           "nccl_topo": str(tmp_path / "topo.xml"), "nfd_features": str(tmp_path / "features")})
+    w, snap = Writer(), fixtures.snapshot()
+    w.write(ev(), c, snap, "ok", None)
+    before = (tmp_path / "nccl.env").read_bytes()
+    (tmp_path / "topo.xml").write_text("edited by hand during the work\n")  # drift, too, is left alone
+    statuses, _ = w.write(ev(env_sh="export NCCL_IB_HCA==mlx5_1:1\n"), c, snap, "maintenance", None, True)
+    assert (tmp_path / "nccl.env").read_bytes() == before
+    assert (tmp_path / "topo.xml").read_text() == "edited by hand during the work\n"
+    assert not any(s.changed for s in statuses if s.name != "nfd-features")
+    assert "agentd.io/fabric-health=maintenance" in (tmp_path / "features").read_text()
+    w.write(ev(env_sh="export NCCL_IB_HCA==mlx5_1:1\n"), c, snap, "ok", None)  # maintenance over
+    assert "mlx5_1" in (tmp_path / "nccl.env").read_text()
+
+
+def test_withheld_findings_label_nothing(tmp_path):
+    from agentd.judging.findings import finding, gpu_subject
+    from agentd.outputs.nfd import nfd_labels
+
+    snap = fixtures.snapshot()
+    gdr = finding("gdr.unavailable", "critical", gpu_subject(0), "no GPUDirect RDMA")
+    assert nfd_labels(None, [gdr], snap)["agentd.io/fabric-health"] == "critical"
+    assert nfd_labels(None, [gdr], snap)["agentd.io/gdr"] == "none"  # a critical gdr.* finding says no GDR
+    observed = gdr.model_copy(update={"withheld": "observe"})
+    assert nfd_labels(None, [observed], snap) == nfd_labels(None, [], snap)
