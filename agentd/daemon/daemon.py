@@ -132,7 +132,6 @@ class Daemon:
         self._history_saved: tuple[Any, float] = (None, 0.0)  # the newest entry's mark, when (monotonic)
         self._history_error: str | None = None
         self._history_boot: str | None = None  # the boot id read at start (a snapshot without the kernel log has none)
-        self.persisted_lifecycle: list[dict[str, Any]] = []  # the "lifecycle" list of the state file read at start
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -451,7 +450,6 @@ class Daemon:
             self.log.warning("history.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="rates and flaps start from this run's collections")
             return
         if loaded.status == "loaded":
-            self.persisted_lifecycle = loaded.lifecycle
             n = await asyncio.to_thread(self.history.seed, loaded.snapshots)  # no collection runs yet
             self._restore_lifecycle(loaded.lifecycle)
             self.log.info("history.loaded", path=str(path), entries=n, lifecycle=len(loaded.lifecycle))

@@ -94,8 +94,9 @@ def test_maintenance_answers_200_keeps_nccl_files_and_survives_a_restart(tmp_pat
         assert run.metric("agentd_maintenance") == 1 and run.metric("agentd_healthy") == 1
         written = env.read_bytes()
         sim.clear_fault(root, "port_down@mlx5_0")  # the repair: the port comes back
-        assert poll(lambda: "ib.port.down" not in codes(run.health()[1]), REACT_S)
-        time.sleep(1.0)  # several collections see the healthy port
+        repaired = poll(lambda: (h := run.health()[1]) and "ib.port.down" not in codes(h) and h["generated_at"], REACT_S)
+        assert repaired  # a publish judged the healthy port: its write came first
+        assert poll(lambda: run.health()[1].get("generated_at", 0) > repaired, REACT_S)  # and one more after it
         assert env.read_bytes() == written  # NCCL files are kept as they are in maintenance
         sim.apply_fault(root, "port_down@mlx5_0")
     finally:
