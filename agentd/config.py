@@ -50,6 +50,29 @@ class Expectations(Section):
     )
 
 
+class FabricSettings(Section):
+    """The node's role in an NVLink fabric (docs/topology.md): what agentd expects of the
+    NVLink domain, the fabric manager and IMEX. Nothing here is required by default."""
+
+    multi_node: Literal["auto", "yes", "no"] = Field(
+        "auto",
+        description="Whether the node's GPUs belong to a multi-node NVLink domain (GB200/GB300 NVL racks), where the fabric must give them a non-zero clique id and cluster UUID. auto: yes when the GPUs report fabric state but no NVSwitch is on the node's own PCI bus (the switches are in the rack's switch trays); HGX boards, whose NVSwitches are local, are single-node domains.",
+    )
+    fabric_manager: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description="nv-fabricmanager must run: auto where NVSwitches are on the node's own PCI bus (HGX/DGX A100, H100, H200, B200), required always, off never. Judged only when the node's process table is visible (a container needs the host's /proc).",
+    )
+    imex: bool = Field(
+        False,
+        description="nvidia-imex must run (multi-node NVLink jobs that share GPU memory across nodes need it). Set it on nodes whose role is a multi-node NVLink domain; never checked by default.",
+    )
+    nvlink_speed_mb_s: int | None = Field(
+        None,
+        ge=1,
+        description="Expected speed of every active NVLink, MB/s (26562 on H100, 53125 on GB200); unset: the fastest link of the node's GPUs, so one slow link stands out.",
+    )
+
+
 class HcaSelection(Section):
     """Which RDMA devices carry GPU traffic (compute) and which serve storage/management."""
 
@@ -257,6 +280,7 @@ class AgentConfig(Section):
     log_format: Literal["auto", "json", "console"] = Field("auto", description="auto: JSON when stderr is not a TTY.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     expect: Expectations = Field(default_factory=Expectations)
+    fabric: FabricSettings = Field(default_factory=FabricSettings)
     hca: HcaSelection = Field(default_factory=HcaSelection)
     intervals: Intervals = Field(default_factory=Intervals)
     timeouts: Timeouts = Field(default_factory=Timeouts)

@@ -312,6 +312,47 @@ class NvLink(Record):
     version: int | None = None
     # crc_flit, crc_data, replay, recovery (NVML nvlink error counters)
     errors: dict[str, int] = Field(default_factory=dict)
+    # The link's current speed in MB/s (NVML field NVML_FI_DEV_NVLINK_GET_SPEED, scope the
+    # link; `nvidia-smi nvlink -s` prints it /1000 as GB/s: 26562 on H100, 53125 on GB200).
+    # None: not reported (older drivers, or a down link).
+    speed_mb_s: int | None = None
+
+
+IncorrectConfiguration = Literal[
+    "none",  # NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE: correct configuration
+    "incorrect_sysguid",
+    "incorrect_chassis_sn",
+    "no_partition",
+    "insufficient_nvlinks",
+    "incompatible_gpu_fw",
+    "invalid_location",
+    "gpu_state_invalid",
+    "unknown",  # a value this agentd does not know (a newer driver)
+]
+
+
+class FabricHealth(Record):
+    """The GPU's fabric health (nvmlGpuFabricInfo_v2+ ``healthMask`` decoded, v3+
+    ``healthSummary``; nvidia-smi -q's Fabric > Health block). Every field None: the GPU
+    or driver does not report it ("Not Supported" / "N/A")."""
+
+    summary: Literal["healthy", "unhealthy", "limited_capacity"] | None = None
+    degraded_bandwidth: bool | None = None  # "Bandwidth : Degraded" (False: "Full")
+    route_recovery: bool | None = None  # "Route Recovery in progress : True"
+    route_unhealthy: bool | None = None
+    access_timeout_recovery: bool | None = None
+    incorrect_configuration: IncorrectConfiguration | None = None
+    partition_assigned: bool | None = None
+    gfm_connected: bool | None = None  # the global fabric manager's connection state
+    mask: int | None = None  # the raw healthMask, when it came from NVML
+
+
+class C2cLink(Record):
+    """A Grace <-> GPU NVLink-C2C link (NVML_FI_DEV_C2C_LINK_* field values)."""
+
+    link: int
+    state: Literal["up", "down"]
+    max_bw_mb_s: int | None = None  # NVML_FI_DEV_C2C_LINK_GET_MAX_BW
 
 
 class NvmlGpu(Record):
@@ -322,7 +363,15 @@ class NvmlGpu(Record):
     # Links NVML reports as supported; inactive ones are state "down".
     nvlinks: tuple[NvLink, ...] = ()
     fabric_state: Literal["not_supported", "not_started", "in_progress", "completed"] | None = None
-    fabric_status: str | None = None  # "success" or the NVML error text
+    fabric_status: str | None = None  # "success" or the NVML error text ("Insufficient Resources")
+    # The NVLink domain the fabric put the GPU in (nvmlGpuFabricInfo: clusterUuid, cliqueId);
+    # GPU feature discovery's nvidia.com/gpu.clique is "<cluster_uuid>.<clique_id>". None:
+    # not reported (no fabric API, or the probe has not completed). An all-zero UUID is kept
+    # as read ("00000000-0000-0000-0000-000000000000"): judging it is the checks' job.
+    fabric_cluster_uuid: str | None = None  # lowercase 8-4-4-4-12
+    fabric_clique_id: int | None = None
+    fabric_health: FabricHealth | None = None
+    c2c_links: tuple[C2cLink, ...] = ()  # Grace systems only
     # nvmlDeviceGetPcieReplayCounter: PCIe replays (link-level retransmissions) since boot
     pcie_replay_errors: int | None = None
     error: str | None = None  # per-GPU NVML error (e.g. GPU lost: "GPU is lost")
@@ -349,6 +398,19 @@ class Gpu(Record):
     numa_node: int | None = None
     nic_paths: dict[str, PathName] = Field(default_factory=dict)  # hca name -> path type
     in_nvml: bool | None = None  # None: NVML unavailable; False: on PCI but NVML lost it
+
+
+class FabricDaemons(Record):
+    """Fabric daemons seen in the node's process table (ROOT/proc/<pid>/comm).
+
+    ``complete`` says the table is the node's whole one (PID 1 is visible: the host's PID
+    namespace, or a container's /host/proc), so a daemon missing from ``running`` is not
+    running; otherwise (a container with its own PID namespace, a recording without the
+    process table) absence means nothing."""
+
+    asked: bool = False  # the process table was read at all
+    complete: bool = False
+    running: tuple[str, ...] = ()  # names of interest found, sorted: nv-fabricmanager, nvidia-imex, nvlsm
 
 
 # ---------------------------------------------------------------------------
@@ -407,6 +469,7 @@ class NodeSnapshot(Record):
     gdr: GdrInfo = GdrInfo()
     nvml: NvmlInfo = NvmlInfo()
     kernel: KernelLog = KernelLog(asked=False)
+    daemons: FabricDaemons = FabricDaemons()
     probes: tuple[ProbeStatus, ...] = ()
     read_errors: tuple[ReadError, ...] = ()
 
