@@ -159,6 +159,7 @@ DEFAULT_BOOT_GRACE_CODES = (
     "ib.port.down", "ib.port.unreadable", "ib.ports.count", "ib.port.rate_degraded", "ib.port.width_degraded",
     "nvml.blind", "nvlink.link.down", "nvlink.fabric.incomplete", "gdr.unavailable", "gdr.peermem.unregistered",
     "inventory.hca.missing", "inventory.port.missing", "mtu.mismatch", "mtu.ipoib", "roce.ecn.disabled", "roce.pfc.disabled",
+    "nvlink.fabric.unassigned", "fabric.manager.down", "fabric.imex.down",
 )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from agentd.judging.checks import (
+    fabric,
     gdr,
     ib,
     ib_counters,
@@ -49,6 +50,7 @@ CHECKS: tuple[Check, ...] = (
     roce.check_roce,
     nvlink.check_nvml_blind,
     nvlink.check_nvlink,
+    fabric.check_fabric,
     kernel.check_events,
     inventory.check_inventory,
     probes.check_probes,
