@@ -2,6 +2,8 @@
 
 Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
 (warnings only), 2 critical, 3 agentd itself could not run (reason on stderr).
+`agentd check --npd CONCERN` answers node-problem-detector instead (agentd/npd.py):
+0 OK, 1 NonOK (a problem), 2 Unknown, with a one-line message on stdout.
 
 Each command imports what it needs inside its function: `agentd check`, run by Slurm
 within its HealthCheckInterval, then never loads aiohttp, the daemon or the benchmark.
@@ -27,6 +29,12 @@ if TYPE_CHECKING:  # imported where used, so that `agentd --help` stays quick
 
 EXIT_OK, EXIT_DEGRADED, EXIT_CRITICAL, EXIT_INTERNAL = 0, 1, 2, 3
 STATUS_EXIT = {"ok": EXIT_OK, "degraded": EXIT_DEGRADED, "critical": EXIT_CRITICAL}
+
+
+# `agentd check --npd`: the concerns (agentd.npd.CONCERNS, kept here so that `agentd --help`
+# loads no model) and the default deadline, below NPD's default plugin timeout of 5 s
+NPD_CONCERNS = ("fabric", "nvlink", "gdr", "pcie", "net")
+NPD_TIMEOUT_S = 4.0
 
 
 class UsageError(Exception):
@@ -55,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="collect once, print findings, exit 0/1/2 (3: could not run)")
     _common(p)
     p.add_argument("--all", action="store_true", help="text format: also list ok-severity facts")
+    p.add_argument("--npd", choices=NPD_CONCERNS, metavar="CONCERN",
+                   help=f"answer as a node-problem-detector custom plugin for one concern ({', '.join(NPD_CONCERNS)}): "
+                        "exit 0 OK, 1 problem, 2 unknown, one line on stdout; one collection, no rate window")
+    p.add_argument("--npd-timeout", type=float, default=NPD_TIMEOUT_S, metavar="S",
+                   help=f"with --npd: answer unknown (\"timed out\") rather than run longer than this (default {NPD_TIMEOUT_S:g} s; "
+                        "keep it below the NPD rule's timeout)")
 
     p = sub.add_parser("inspect", help="show what agentd reads on this node")
     _common(p)
@@ -176,6 +190,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.npd is not None:
+        return _check_npd(args)
     from agentd.judging.judge import judge, node_identity
     from agentd.judging.lifecycle import Tracks, advance
     from agentd.model import overall_status
@@ -220,6 +236,77 @@ def cmd_check(args: argparse.Namespace) -> int:
         sys.stdout.write(findings_text(j.findings, include_ok=args.all, maintenance=maint))
     # In maintenance the node is being worked on: exit 0, as /health answers 200.
     return EXIT_OK if maint is not None else STATUS_EXIT[j.status]
+
+
+def _process_age_s() -> float:
+    """Seconds since this process started (NPD's timeout runs from then, interpreter start
+    included); 0 where /proc/self cannot say."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read(4096)
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read(64).split()[0])
+        start_ticks = int(stat.rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _check_npd(args: argparse.Namespace) -> int:
+    """One collection judged for one concern, in a worker thread: past the deadline the
+    answer is Unknown "timed out" (a hung NVML must not make NPD kill us silently)."""
+    import threading
+
+    from agentd.npd import NPD_UNKNOWN, NpdAnswer, answer, unknown
+
+    started = time.monotonic() - _process_age_s()
+    if not args.npd_timeout > 0:
+        raise UsageError(f"--npd-timeout must be above 0 s, not {args.npd_timeout:g}")
+
+    def say(a: NpdAnswer) -> int:
+        sys.stdout.write(a.message + "\n")
+        sys.stdout.flush()
+        return a.exit_code
+
+    try:
+        config = _config(args)
+        # a hung NVML then costs half the deadline: the concerns that do not need it are still judged
+        nvml_s = min(config.timeouts.nvml_s, args.npd_timeout / 2)
+        config = config.model_copy(update={"timeouts": config.timeouts.model_copy(update={"nvml_s": nvml_s})})
+        host = _host(config)
+        from agentd.outputs.maintenance import maintenance_path, read_maintenance
+
+        state_dir = _state_dir(config, host)
+        maint = read_maintenance(maintenance_path(state_dir)) if state_dir is not None else None
+    except (ConfigError, UsageError) as e:
+        print(f"agentd: {e}", file=sys.stderr)
+        return say(unknown(str(e)))
+    if maint is not None:
+        return say(answer(args.npd, None, (), maintenance_reason=maint.reason))
+    result: list[NpdAnswer] = []
+
+    def work() -> None:
+        try:
+            from agentd.judging.judge import judge, node_identity
+            from agentd.judging.lifecycle import Tracks, advance
+
+            snap, history = _collect(config, rate_window=False, host=host)
+            j = judge(snap, history, config, None, node_identity(snap, config))
+            life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle,
+                           booted_at=snap.system.booted_at, one_shot=True)
+            result.append(answer(args.npd, snap, life.findings))
+        except Exception as e:  # the plugin answers whatever happens
+            result.append(unknown(f"collection failed: {type(e).__name__}: {e}"))
+
+    worker = threading.Thread(target=work, name="npd-check", daemon=True)
+    worker.start()
+    margin = 0.25  # to print and exit before the deadline
+    worker.join(max(0.05, args.npd_timeout - (time.monotonic() - started) - margin))
+    if worker.is_alive() or not result:
+        say(unknown(f"timed out: {args.npd} not judged within {args.npd_timeout:g} s (--npd-timeout)"))
+        sys.stderr.flush()
+        os._exit(NPD_UNKNOWN)  # the worker may sit in a hung driver call: do not wait for it
+    return say(result[0])
 
 
 def cmd_render(args: argparse.Namespace) -> int:
