@@ -268,7 +268,7 @@ class BenchSettings(Section):
 class MetricsDetail(Section):
     """Per-item series that /metrics folds by default (docs/metrics.md, series budget)."""
 
-    nvlink_per_link: bool = Field(False, description="Export every NVLink's state, remote end and error counters (agentd_nvlink_link_errors_total; 18 links x 4 kinds per H100). Off: per-GPU error totals and link counts, and per-link state and remote end only for links that are not up.")
+    nvlink_per_link: bool = Field(False, description="Export every NVLink's state, remote end, speed and error counters (agentd_nvlink_link_errors_total; 18 links x 4 kinds per H100), and every GPU's fabric health conditions and slowest link. Off: per-GPU error totals and link counts, and per-link state and remote end only for links that are not up; fabric health and link speed counted per node, named per GPU only where a condition is set or a link is slow.")
     ib_counters_per_port: bool = Field(False, description="Export the HCA counters agentd has no named metric for per port (agentd_ib_port_hw_counters_total). Off: summed over the node's ports per counter (agentd_ib_hw_counters_total).")
     pcie_bridges: bool = Field(False, description="Export link speed/width, the ACS flag and the AER error totals of every PCIe bridge above a GPU, HCA or NVSwitch. Off: a bridge's link series only when it runs below its own maximum, its ACS flag only when redirect is on, AER totals summed over the bridges (agentd_pcie_aer_bridge_errors_total).")
     roce_every_priority: bool = Field(False, description="Export the RoCE per-priority counters (pause frames and time, bytes, packets) for all 8 priorities. Off: roce.priority (the lossless class) on its own, the other seven summed as priority=\"other\".")

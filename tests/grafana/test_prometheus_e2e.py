@@ -64,6 +64,13 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
     "agentd-fleet/Top nodes by AER rate (time range)/A": ("the kernel logged no AER error", "aer_uncorrectable@gpu1=fatal"),
     "agentd-node/Withheld findings and maintenance/A": ("the default [lifecycle] withholds nothing and no node is in maintenance "
                                                          "(tests/e2e/test_lifecycle_daemon.py shows both)", None),
+    # Issue 16: the simulated H100 boards are single-node NVLink domains with a healthy fabric.
+    **{qid: ("the simulated H100 boards have no multi-node NVLink domain (only GB200/GB300 NVL trays have one)", None)
+       for qid in ("agentd-fleet/Nodes and GPUs per NVLink domain/A", "agentd-fleet/Nodes and GPUs per NVLink domain/B",
+                   "agentd-fleet/Nodes in unhealthy or degraded NVLink domains/A", "agentd-node/GPU NVLink domain/A")},
+    **{qid: ("every GPU's fabric is healthy and its NVLinks run at the expected speed", None)
+       for qid in ("agentd-node/GPU fabric health (GPUs not healthy)/A", "agentd-node/GPU fabric health (GPUs not healthy)/B",
+                   "agentd-node/GPUs with slow NVLinks/A", "agentd-node/GPUs with slow NVLinks/B", "agentd-fleet/NVLink fabric findings/A")},
     **{f"agentd-fleet/{t}/{r}": ("no NCCL benchmark has run on the simulated nodes (agentd_bench_nccl_* bandwidths exist only after a run)", None)
        for t, r in [("NCCL bus bandwidth (last run)", "A"), ("NCCL bus bandwidth (last run)", "B"), ("Bus bandwidth below minimum", "A"),
                     ("Lowest bus bandwidth vs expected", "A"), ("Last benchmark result per node", "A")]},
