@@ -58,7 +58,18 @@ EXPECT = {
     "aer_uncorrectable": ("h100-ib", "aer_uncorrectable=fatal", ("pcie.aer.fatal", "critical", "0000:18:00.0")),
     "aer_correctable": ("h100-ib", "aer_correctable@mlx5_0", ("pcie.aer.correctable", "warning", "0000:17:00.0")),
     "pcie_replay": ("h100-ib", "pcie_replay", ("gpu.pcie.replay", "warning", "gpu0")),
+    # issue 16: the NVLink fabric
+    "fabric_status": ("gb200-nvl", "fabric_status@gpu1", ("nvlink.fabric.incomplete", "critical", "gpu1")),
+    "fabric_unassigned": ("gb200-nvl", "fabric_unassigned@gpu0=clique", ("nvlink.fabric.unassigned", "critical", "gpu0")),
+    "fabric_health": ("gb200-nvl", "fabric_health@gpu2", ("nvlink.fabric.unhealthy", "critical", "gpu2")),
+    "fabric_domain_split": ("gb200-nvl", "fabric_domain_split@gpu3", ("nvlink.domain.split", "critical", "node")),
+    "nvlink_slow": ("gb200-nvl", "nvlink_slow@gpu0:5", ("nvlink.link.slow", "warning", "gpu0:link5")),
+    "c2c_down": ("gb200-nvl", "c2c_down@gpu1", ("nvlink.c2c.down", "critical", "gpu1")),
+    "fm_down": ("h100-ib", "fm_down", ("fabric.manager.down", "critical", "node")),
+    "imex_down": ("gb200-nvl", "imex_down", ("fabric.imex.down", "critical", "node")),
 }
+# Kinds whose finding needs configuration beyond the defaults: [section] -> settings.
+CONFIG = {"imex_down": {"fabric": {"imex": True}}}
 # The gdr.path fact says which registration path is in use; these faults change it.
 GDR_PATH_MEASURED = {"peermem_gone": "dmabuf", "dmabuf_only": "dmabuf"}
 # link_downed jumping from its value to 255 between two collections is read as (at
@@ -66,8 +77,8 @@ GDR_PATH_MEASURED = {"peermem_gone": "dmabuf", "dmabuf_only": "dmabuf"}
 STATUS_OVERRIDE = {"counter_saturated": "critical"}
 
 
-def config(root: Path) -> AgentConfig:
-    return AgentConfig(host_root=root, timeouts=Timeouts(nvml_s=0.3))
+def config(root: Path, kind: str | None = None) -> AgentConfig:
+    return AgentConfig.model_validate({"host_root": root, "timeouts": Timeouts(nvml_s=0.3), **CONFIG.get(kind or "", {})})
 
 
 def triples(findings, *, include_ok=False):
@@ -97,7 +108,7 @@ def test_healthy_profiles_are_ok_without_warnings(profile, tmp_path):
 def test_fault_produces_its_finding_and_clears(kind, tmp_path):
     profile, spec, expected = EXPECT[kind]
     root = sim.build_tree(profile, tmp_path / "root")
-    cfg = config(root)
+    cfg = config(root, kind)
     c = Collector(HostRoot.at(root), cfg)
     c.run_sync()
     s1 = c.snapshot(taken_at=T0)

@@ -55,6 +55,7 @@ EXPECTED_PROFILE = {
     "h100-ib": dict(gpus=8, compute=[f"mlx5_{i}" for i in range(8)], other=["mlx5_8", "mlx5_9"], rate=400.0, layer="InfiniBand"),
     "h100-roce": dict(gpus=8, compute=[f"mlx5_{i}" for i in range(8)], other=[], rate=400.0, layer="Ethernet"),
     "pcie-4gpu": dict(gpus=4, compute=["mlx5_0", "mlx5_1"], other=[], rate=200.0, layer="InfiniBand"),
+    "gb200-nvl": dict(gpus=4, compute=[f"mlx5_{i}" for i in range(4)], other=[f"mlx5_{i}" for i in range(4, 8)], rate=400.0, layer="InfiniBand"),
 }
 
 
@@ -81,6 +82,10 @@ def test_profile_round_trips(profile, tmp_path, capsys):
         # one GPU/NIC pair per PCIe switch: each GPU has exactly one PIX compute NIC
         for g in doc["gpus"]:
             assert sum(1 for h in exp["compute"] if g["nic_paths"][h] == "PIX") == 1
+    elif profile == "gb200-nvl":
+        # every device on a root port of its own: the socket's NICs NODE, the other's SYS
+        for g in doc["gpus"]:
+            assert sorted(g["nic_paths"].values()) == ["NODE"] * 4 + ["SYS"] * 4
     else:
         # NICs on opposite sockets: every GPU is SYS from one NIC
         for g in doc["gpus"]:
@@ -125,6 +130,16 @@ FAULTS = {
     "xid": ("h100-ib", lambda d: [(e["kind"], e["code"], e["device"]) for e in d["kernel"]["events"]] == [("xid", "79", gpu0(d)["pci_bus_id"])]),
     "fell_off_bus_multiline": ("h100-ib", lambda d: [(e["kind"], e["device"]) for e in d["kernel"]["events"]] == [("gpu_off_bus", gpu0(d)["pci_bus_id"])]),
     "mlx5_cmd_timeout": ("h100-ib", lambda d: [c["count"] for c in d["kernel"]["counts"] if c["code"] == "cmd_timeout"] == [5]),
+    "fabric_status": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["fabric_status"] == "Insufficient Resources"),
+    "fabric_unassigned": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["fabric_clique_id"] == 0),
+    "fabric_health": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["fabric_health"]["route_unhealthy"] is True),
+    "fabric_domain_split": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["fabric_clique_id"] != d["nvml"]["gpus"][1]["fabric_clique_id"]),
+    "nvlink_slow": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["nvlinks"][0]["speed_mb_s"] == 26562),
+    "c2c_down": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["c2c_links"][0]["state"] == "down"),
+    # The process table is read by the fabric daemons reader (issue 16): the document's
+    # "daemons" section lists what runs.
+    "fm_down": ("h100-ib", lambda d: d["daemons"]["complete"] and "nv-fabricmanager" not in d["daemons"]["running"]),
+    "imex_down": ("gb200-nvl", lambda d: d["daemons"]["complete"] and "nvidia-imex" not in d["daemons"]["running"]),
 }
 
 # Fields a real link also advances (the fault moves counters forward, clearing does not

@@ -55,12 +55,12 @@ def test_profile_builds_with_its_inventory(roots, profile):
     root, prof = roots(profile), sim.PROFILES[profile]
     assert json.loads((root / MARKER).read_text()) == {"profile": profile, "faults": []}
     gpus = [d for d in os.listdir(root / "sys/bus/pci/devices") if (root / "sys/bus/pci/devices" / d / "class").read_text().startswith("0x0302")]
-    assert sorted(gpus) == prof.gpu_bdfs and len(gpus) == {"pcie-4gpu": 4}.get(profile, 8)
+    assert sorted(gpus) == prof.gpu_bdfs and len(gpus) == {"pcie-4gpu": 4, "gb200-nvl": 4}.get(profile, 8)
     assert sorted(os.listdir(root / "sys/class/infiniband")) == sorted(h.name for h in prof.hcas)
     nvml = json.loads((root / ".agentd/nvml.json").read_text())
     assert [g["pci_bus_id"] for g in nvml["gpus"]] == prof.gpu_bdfs
     assert {len(g["nvlinks"]) for g in nvml["gpus"]} == {prof.nvlinks_per_gpu}
-    assert (root / "sys/module/nvidia_peermem/version").read_text() == "550.90.07\n"
+    assert (root / "sys/module/nvidia_peermem/version").read_text() == prof.driver_version + "\n"
     assert "Open Kernel Module" in (root / "proc/driver/nvidia/version").read_text()
 
 
@@ -154,7 +154,7 @@ def test_build_refuses_foreign_dirs_and_replaces_sim_roots(tmp_path):
     with pytest.raises(ValueError, match="not a simulator root"):
         sim.build_tree("pcie-4gpu", tmp_path / "precious")
     assert (tmp_path / "precious/data").read_text() == "keep"
-    with pytest.raises(ValueError, match="valid profiles: h100-ib, h100-roce, pcie-4gpu"):
+    with pytest.raises(ValueError, match="valid profiles: gb200-nvl, h100-ib, h100-roce, pcie-4gpu"):
         sim.build_tree("dgx-b300", tmp_path / "x")
     out = sim.build_tree("pcie-4gpu", tmp_path / "node", faults=["port_down=polling"])
     assert (out / "sys/class/infiniband/mlx5_0/ports/1/phys_state").read_text() == "2: Polling\n"
@@ -169,7 +169,13 @@ def test_build_refuses_foreign_dirs_and_replaces_sim_roots(tmp_path):
 # ---------------------------------------------------------------------------
 # faults
 
-NOT_ON = {"pcie-4gpu": {"ecn_off", "pfc_off", "pause_storm", "nvlink_down", "nvlink_errors", "fabric_incomplete"}}
+GB200_ONLY = {"fabric_unassigned", "fabric_health", "fabric_domain_split", "c2c_down", "imex_down"}
+NOT_ON = {
+    "pcie-4gpu": {"ecn_off", "pfc_off", "pause_storm", "nvlink_down", "nvlink_errors", "fabric_incomplete", "fabric_status", "nvlink_slow", "fm_down"} | GB200_ONLY,
+    "h100-ib": GB200_ONLY,
+    "h100-roce": GB200_ONLY,
+    "gb200-nvl": {"fm_down"},
+}
 CASES = [(p, k) for p in PROFILES for k in sim.FAULT_KINDS if k not in NOT_ON.get(p, set())]
 
 
@@ -315,6 +321,7 @@ EXPECT = {  # profile -> (compute port rate, compute netdev MTU, GPU count, GPU 
     "h100-ib": (400.0, 4092, 8, {("0000:18:00.0", "mlx5_0"): "PIX", ("0000:18:00.0", "mlx5_4"): "SYS"}),
     "h100-roce": (400.0, 9000, 8, {("0000:db:00.0", "mlx5_7"): "PIX", ("0000:39:00.0", "mlx5_0"): "NODE"}),
     "pcie-4gpu": (200.0, 4092, 4, {("0000:16:00.0", "mlx5_1"): "SYS", ("0000:98:00.0", "mlx5_0"): "SYS", ("0000:b8:00.0", "mlx5_1"): "NODE"}),
+    "gb200-nvl": (400.0, 4092, 4, {("0008:01:00.0", "mlx5_0"): "NODE", ("0019:01:00.0", "mlx5_3"): "NODE", ("0018:01:00.0", "mlx5_1"): "SYS"}),
 }
 
 
@@ -346,9 +353,10 @@ def test_readers_see_the_profile(roots, profile):
     for name in prof.roce_netdevs:
         nd = snap.netdev(name)
         assert nd.pfc.enabled == (3,) and nd.ecn.np[3] and nd.ecn.rp[3] and nd.ethtool["rx_prio3_pause"] == 2112
-    assert snap.netdev("eno1").mtu == 1500 and snap.netdev("lo").is_virtual
+    assert snap.netdev(prof.boot_nic.netdev).mtu == 1500 and snap.netdev("lo").is_virtual
     assert snap.gdr.peermem_loaded and snap.gdr.nvidia_open_module and snap.gdr.dmabuf_kernel_ok
-    assert len(snap.system.numa_nodes) == 2 and snap.system.cpu_model == 143
+    assert len(snap.system.numa_nodes) == 2 and snap.system.arch == prof.arch
+    assert snap.system.cpu_model == (None if prof.arch == "aarch64" else 143)
     by_bus = {g.pci_bus_id: g for g in snap.gpus}
     for (gpu, nic), path in paths.items():
         assert by_bus[gpu].nic_paths[nic] == path

@@ -2,7 +2,7 @@
 
 Public API::
 
-    PROFILES                     name -> Profile (h100-ib, h100-roce, pcie-4gpu)
+    PROFILES                     name -> Profile (h100-ib, h100-roce, pcie-4gpu, gb200-nvl)
     build_tree(profile, out_dir, *, faults=(), booted_ago_s=BOOTED_AGO_S) -> Path
     set_boot_time(root, booted_at, *, reboot=False)   the node booted then (proc/stat, proc/uptime)
     parse_fault(spec) -> Fault   KIND[@TARGET][=VALUE]; ValueError lists valid kinds
@@ -14,14 +14,17 @@ Public API::
 A host root written here is what agentd's readers see on a node (DESIGN.md section 3):
 ``sys/`` in the kernel's layout with relative symlinks, ``proc/``, and ``.agentd/``
 with ``manifest.json`` (agentd.base.recorded), ``simulation.json`` (profile + applied faults), ``nvml.json`` (NVML answers),
-``ethtool/<if>`` (``ethtool -S`` text) and ``dcb/<if>`` (``mlnx_qos -i`` text).
+``ethtool/<if>`` (``ethtool -S`` text) and ``dcb/<if>`` (``mlnx_qos -i`` text); ``proc/<pid>/comm``
+is the node's process table (systemd, and the fabric daemons the profile runs).
 
 nvml.json schema: ``{"driver_version": "550.90.07", "cuda_driver_version": 12040,
 "gpus": [{"index", "pci_bus_id" (dddd:bb:dd.f, lowercase), "name", "uuid",
 "nvlinks": [{"link", "state": "up"|"down", "remote_pci_bus_id", "remote_type":
 "nvswitch"|"gpu", "version": 4, "errors": {"crc_flit", "crc_data", "replay",
-"recovery"}}], "fabric_state": "completed"|"in_progress"|"not_started"|null,
-"fabric_status": "success"|null, "pcie_replay_errors": 0, "error": null|"GPU is lost"}], optional "hang_s"
+"recovery"}, "speed_mb_s"}], "fabric_state": "completed"|"in_progress"|"not_started"|null,
+"fabric_status": "success"|<error text>|null, "fabric_cluster_uuid", "fabric_clique_id",
+"fabric_health": null|{summary, degraded_bandwidth, ...} (agentd.model.FabricHealth),
+"c2c_links": [{"link", "state", "max_bw_mb_s"}], "pcie_replay_errors": 0, "error": null|"GPU is lost"}], optional "hang_s"
 (seconds every NVML call blocks), optional "init_error" (nvmlInit fails with it)}``.
 
 Where a regular file cannot behave like sysfs, the tree says so by absence: empty GID

@@ -160,21 +160,155 @@ def top_field(key: str) -> Callable[[Ctx, Target, object], list[NvmlField]]:
     return lambda ctx, t, v: [NvmlField(None, (key,))]
 
 
+def _fabric_gpus(ctx: Ctx, t: Target, data: dict[str, Any]) -> list[dict[str, Any]]:
+    if not ctx.profile.has_fabric:
+        raise ValueError("the profile's GPUs are in no NVLink fabric (no NVSwitch, local or in the rack)")
+    found = (ctx.nvml_gpu(data, ctx.profile.gpu_bdfs[i]) for i in t.gpus)
+    return [g for g in found if g is not None]
+
+
+def _fabric_identity(ctx: Ctx) -> None:
+    if not ctx.profile.rack_nvlink:
+        raise ValueError("the profile's GPUs report no fabric cluster UUID or clique id (a GB200 NVL profile's do)")
+
+
 def fabric_apply(ctx: Ctx, t: Target, state: str) -> None:
-    if not ctx.profile.nvswitch_bdfs:
-        raise ValueError("the profile has no NVSwitch, so no fabric to be incomplete")
     data = ctx.nvml()
-    for i in t.gpus:
-        g = ctx.nvml_gpu(data, ctx.profile.gpu_bdfs[i])
-        if g is not None:
-            g["fabric_state"] = state
-            g["fabric_status"] = None  # nvidia-smi shows "Status: N/A" until registration ends
+    for g in _fabric_gpus(ctx, t, data):
+        g["fabric_state"] = state
+        g["fabric_status"] = None  # nvidia-smi shows "Status: N/A" until registration ends
     ctx.save_nvml(data)
 
 
 def fabric_restores(ctx: Ctx, t: Target, v: object) -> list[NvmlField]:
-    bdfs = [ctx.profile.gpu_bdfs[i] for i in t.gpus]
-    return [NvmlField(b, (k,)) for b in bdfs for k in ("fabric_state", "fabric_status")]
+    return _gpus_fields(ctx, t, ("fabric_state", "fabric_status"))
+
+
+def _gpus_fields(ctx: Ctx, t: Target, keys: tuple[str, ...]) -> list[NvmlField]:
+    return [NvmlField(ctx.profile.gpu_bdfs[i], (k,)) for i in t.gpus for k in keys]
+
+
+def fabric_status_apply(ctx: Ctx, t: Target, status: str) -> None:
+    data = ctx.nvml()
+    for g in _fabric_gpus(ctx, t, data):
+        g["fabric_state"] = "completed"
+        g["fabric_status"] = status
+    ctx.save_nvml(data)
+
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+UNASSIGNED = {"clique": ("fabric_clique_id",), "uuid": ("fabric_cluster_uuid",), "both": ("fabric_clique_id", "fabric_cluster_uuid")}
+
+
+def fabric_unassigned_apply(ctx: Ctx, t: Target, what: str) -> None:
+    _fabric_identity(ctx)
+    data = ctx.nvml()
+    for g in _fabric_gpus(ctx, t, data):
+        if "fabric_clique_id" in UNASSIGNED[what]:
+            g["fabric_clique_id"] = 0
+        if "fabric_cluster_uuid" in UNASSIGNED[what]:
+            g["fabric_cluster_uuid"] = ZERO_UUID
+    ctx.save_nvml(data)
+
+
+def fabric_unassigned_restores(ctx: Ctx, t: Target, what: str) -> list[NvmlField]:
+    return _gpus_fields(ctx, t, UNASSIGNED[what])
+
+
+# fabric_health VALUE -> (field of fabric_health, value it gets)
+HEALTH_FAULTS: dict[str, tuple[str, object]] = {
+    "degraded_bandwidth": ("degraded_bandwidth", True),
+    "route_recovery": ("route_recovery", True),
+    "route_unhealthy": ("route_unhealthy", True),
+    "access_timeout_recovery": ("access_timeout_recovery", True),
+    "incorrect_configuration": ("incorrect_configuration", "insufficient_nvlinks"),
+    "unhealthy": ("summary", "unhealthy"),
+    "limited_capacity": ("summary", "limited_capacity"),
+    "gfm_disconnected": ("gfm_connected", False),
+}
+
+
+def fabric_health_apply(ctx: Ctx, t: Target, what: str) -> None:
+    _fabric_identity(ctx)
+    data = ctx.nvml()
+    key, value = HEALTH_FAULTS[what]
+    for g in _fabric_gpus(ctx, t, data):
+        g["fabric_health"][key] = value
+    ctx.save_nvml(data)
+
+
+def fabric_health_restores(ctx: Ctx, t: Target, what: str) -> list[NvmlField]:
+    return _gpus_fields(ctx, t, ("fabric_health",))
+
+
+def fabric_split_apply(ctx: Ctx, t: Target, v: object) -> None:
+    """The GPU lands in another clique of the same cluster: clique id + 1."""
+    _fabric_identity(ctx)
+    if len(ctx.profile.gpu_bdfs) < 2:
+        raise ValueError("a single GPU cannot disagree with the others")
+    data = ctx.nvml()
+    g = _nvml_gpu(ctx, data, t)
+    g["fabric_clique_id"] = (g["fabric_clique_id"] or 0) + 1
+    ctx.save_nvml(data)
+
+
+def fabric_split_restores(ctx: Ctx, t: Target, v: object) -> list[NvmlField]:
+    return [NvmlField(t.bdf, ("fabric_clique_id",))]
+
+
+def nvlink_slow_default(ctx: Ctx, t: Target) -> int:
+    return ctx.profile.nvlink_speed_mb_s // 2
+
+
+def nvlink_slow_apply(ctx: Ctx, t: Target, speed: int) -> None:
+    link = _link(ctx, t, None, value_is_link=False)
+    data = ctx.nvml()
+    _nvml_gpu(ctx, data, t)["nvlinks"][link]["speed_mb_s"] = speed
+    ctx.save_nvml(data)
+
+
+def nvlink_slow_restores(ctx: Ctx, t: Target, v: object) -> list[NvmlField]:
+    return [NvmlField(t.bdf, ("nvlinks", _link(ctx, t, None, value_is_link=False), "speed_mb_s"))]
+
+
+def _c2c_link(ctx: Ctx, t: Target) -> int:
+    n = ctx.profile.c2c_links_per_gpu
+    if n == 0:
+        raise ValueError("the profile's GPUs have no NVLink-C2C link (Grace systems only)")
+    link = 0 if t.link is None else t.link
+    if not 0 <= link < n:
+        raise ValueError(f"C2C link {link} out of range 0-{n - 1}")
+    return link
+
+
+def c2c_down_apply(ctx: Ctx, t: Target, v: object) -> None:
+    link = _c2c_link(ctx, t)
+    data = ctx.nvml()
+    _nvml_gpu(ctx, data, t)["c2c_links"][link]["state"] = "down"
+    ctx.save_nvml(data)
+
+
+def c2c_down_restores(ctx: Ctx, t: Target, v: object) -> list[NvmlField]:
+    return [NvmlField(t.bdf, ("c2c_links", _c2c_link(ctx, t), "state"))]
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def _pid_dir(ctx: Ctx, comm: str) -> str:
+    pid = ctx.profile.pid_of(comm)
+    if pid is None:
+        raise ValueError(f"{comm} does not run on this profile")
+    return f"proc/{pid}"
+
+
+def process_down_apply(comm: str) -> Callable[[Ctx, Target, object], None]:
+    """The process has exited: its proc/<pid> directory is gone."""
+    return lambda ctx, t, v: remove_path(ctx.path(_pid_dir(ctx, comm)))
+
+
+def process_restores(comm: str) -> Callable[[Ctx, Target, object], list[str]]:
+    return lambda ctx, t, v: [_pid_dir(ctx, comm)]
 
 
 # -- files ---------------------------------------------------------------------------------

@@ -71,6 +71,12 @@ def _rate(s: str) -> str:
     raise ValueError(f"expected 'width', a lane count like '2X', or Gb/s like '200', got {s!r}")
 
 
+def _status(s: str) -> str:
+    if s.lower() == "success":
+        raise ValueError("'success' is the healthy status, not a fault")
+    return s
+
+
 def _seconds(s: str) -> float:
     try:
         v = float(s)
@@ -144,8 +150,24 @@ _KINDS = [
          N.nvml_init_error_apply, N.top_field("init_error"), str, _const("Driver Not Loaded"), "error text"),
     Kind("ethtool_failure", "ethtool", "the `ethtool -S` stand-in (.agentd/ethtool/<if>) holds garbage (default) or is missing",
          L.ethtool_failure_apply, L.ethtool_file, _choice("garbage", "missing"), _const("garbage"), "garbage|missing"),
-    Kind("fabric_incomplete", "gpus", "nvml.json fabric_state 'in_progress' (or VALUE 'not_started') and fabric_status null on the GPU, or all GPUs when no target; NVSwitch profiles only",
+    Kind("fabric_incomplete", "gpus", "nvml.json fabric_state 'in_progress' (or VALUE 'not_started') and fabric_status null on the GPU, or all GPUs when no target; profiles with an NVLink fabric only (NVSwitch, GB200 NVL)",
          N.fabric_apply, N.fabric_restores, _choice("in_progress", "not_started"), _const("in_progress"), "in_progress|not_started"),
+    Kind("fabric_status", "gpus", "nvml.json fabric_state 'completed' with fabric_status VALUE (default 'Insufficient Resources') on the GPU, or all GPUs when no target; profiles with an NVLink fabric only",
+         N.fabric_status_apply, N.fabric_restores, _status, _const("Insufficient Resources"), "status text"),
+    Kind("fabric_unassigned", "gpus", "nvml.json fabric_clique_id 0 (VALUE clique), fabric_cluster_uuid all zeros (uuid) or both (default) on the GPU, or all GPUs when no target; GB200 NVL only",
+         N.fabric_unassigned_apply, N.fabric_unassigned_restores, _choice(*N.UNASSIGNED), _const("both"), "clique|uuid|both"),
+    Kind("fabric_health", "gpus", "nvml.json fabric_health of the GPU, or all GPUs when no target: VALUE degraded_bandwidth, route_recovery, route_unhealthy (default) or access_timeout_recovery sets that field true; incorrect_configuration sets it 'insufficient_nvlinks'; unhealthy / limited_capacity set summary; gfm_disconnected sets gfm_connected false. Nothing else changes; GB200 NVL only",
+         N.fabric_health_apply, N.fabric_health_restores, _choice(*N.HEALTH_FAULTS), _const("route_unhealthy"), "|".join(N.HEALTH_FAULTS)),
+    Kind("fabric_domain_split", "gpu", "nvml.json fabric_clique_id of the GPU + 1 (the cluster UUID kept): it is in another NVLink domain than the node's other GPUs; GB200 NVL only",
+         N.fabric_split_apply, N.fabric_split_restores),
+    Kind("nvlink_slow", "gpu", "nvml.json link (':LINK', default 0) speed_mb_s of the GPU set to VALUE MB/s (default half the profile's: 13281 on H100, 26562 on GB200); state stays up",
+         N.nvlink_slow_apply, N.nvlink_slow_restores, _int(1, 10**7), N.nvlink_slow_default, "MB/s", links=True),
+    Kind("c2c_down", "gpu", "nvml.json C2C link (':LINK', default 0) of the GPU state 'down'; Grace profiles (gb200-nvl) only",
+         N.c2c_down_apply, N.c2c_down_restores, links=True),
+    Kind("fm_down", "none", "the nv-fabricmanager process has exited: its proc/<pid> directory is removed; NVSwitch profiles only",
+         N.process_down_apply("nv-fabricmanager"), N.process_restores("nv-fabricmanager")),
+    Kind("imex_down", "none", "the nvidia-imex process has exited: its proc/<pid> directory is removed; gb200-nvl only (a finding only where [fabric] imex = true)",
+         N.process_down_apply("nvidia-imex"), N.process_restores("nvidia-imex")),
     Kind("xid", "gpu", "dev/kmsg gets the driver's 'NVRM: Xid (PCI:dddd:bb:dd): VALUE, ...' line for the GPU (real wording per XID; default 79, fallen off the bus). The log only grows: clearing removes nothing, the finding goes when kernel.hold_s / window_s has passed",
          K.xid_apply, K.nothing_to_restore, K.xid_code, _const(79), "XID (13, 43, 63, 79, 94, 95, 119)", K.the_log),
     Kind("fell_off_bus_multiline", "gpu", "dev/kmsg gets the three-line 'The NVIDIA GPU ... has fallen off the bus and is not responding to commands.' record the driver prints without an Xid line (log only grows, as xid)",

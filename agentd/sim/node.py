@@ -4,7 +4,10 @@
 - ``proc/cpuinfo``: only the first few processors (two per socket), enough for
   vendor_id / cpu family / model / physical id; the real file of a 224-CPU node is
   several hundred KiB and readers only need its first block. No ``hypervisor`` flag
-  (bare metal);
+  (bare metal). Grace (aarch64) profiles get the arm64 kernel's block (``CPU implementer``,
+  ``CPU part`` 0xd4f = Neoverse V2), which has no socket or core id lines;
+- ``proc/<pid>/comm`` for the profile's process table (Profile.processes: systemd as pid
+  1, nv-fabricmanager on NVSwitch profiles, nvidia-imex on gb200-nvl);
 - ``sys/devices/system/node/{online,possible}`` and ``node<N>/{cpulist,cpumap}``;
 - ``proc/modules`` and ``sys/module/<m>/{initstate,refcnt[,version]}``;
   ``sys/module/nvidia_peermem/version`` exists when peermem is loaded (the file NCCL
@@ -27,6 +30,11 @@ from agentd.sim.tree import cpumask, parse_cpulist, write_attr
 DRIVER_DATE = "Thu Jun 27 20:37:02 UTC 2024"
 GCC_LINE = "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) "
 CPU_MODEL_NAME = "Intel(R) Xeon(R) Platinum 8480+"
+# A Grace (Neoverse V2) core as an arm64 kernel prints it: a real GB200 tray's
+# /proc/cpuinfo (linux-serial list, "Re: arm64: csdlock at early boot due to slow serial
+# (?)", Breno Leitao, 2025-07-03; see tests/fixtures/SOURCES.md).
+GRACE_BOGOMIPS = "2000.00"
+GRACE_FEATURES = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm sb paca pacg dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 dgh bti"
 CPU_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush dts acpi mmx fxsr sse sse2 ss ht tm pbe syscall nx pdpe1gb rdtscp lm constant_tsc arch_perfmon pebs bts rep_good nopl xtopology nonstop_tsc cpuid aperfmperf pni pclmulqdq dtes64 monitor ds_cpl vmx smx est tm2 ssse3 sdbg fma cx16 xtpr pdcm pcid dca sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand lahf_lm abm 3dnowprefetch avx512f avx512dq avx512_bf16 amx_bf16 amx_tile amx_int8"
 
 # (name, size, users) in /proc/modules order (most recently loaded first).
@@ -46,9 +54,9 @@ BASE_MODULES = [
 def driver_version_text(profile: Profile, open_module: bool) -> str:
     v = profile.driver_version
     if open_module:
-        first = f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  (dvs-builder@U16-I3-B03-4-3)  {DRIVER_DATE}"
+        first = f"NVRM version: NVIDIA UNIX Open Kernel Module for {profile.arch}  {v}  Release Build  (dvs-builder@U16-I3-B03-4-3)  {DRIVER_DATE}"
     else:
-        first = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {v}  {DRIVER_DATE}"
+        first = f"NVRM version: NVIDIA UNIX {profile.arch} Kernel Module  {v}  {DRIVER_DATE}"
     return f"{first}\n{GCC_LINE}\n"
 
 
@@ -85,10 +93,20 @@ def write_modules(root: Path, profile: Profile, *, peermem: bool, open_module: b
             write_attr(d / "version", profile.driver_version)
 
 
+def _grace_block(cpu: int) -> str:
+    return (
+        f"processor\t: {cpu}\nBogoMIPS\t: {GRACE_BOGOMIPS}\nFeatures\t: {GRACE_FEATURES}\nCPU implementer\t: 0x41\n"
+        "CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n"
+    )
+
+
 def write_cpuinfo(root: Path, profile: Profile) -> None:
     blocks = []
     for socket, cpulist in enumerate(profile.numa_cpulists):
         for core, cpu in enumerate(parse_cpulist(cpulist)[:2]):
+            if profile.cpu == "grace":
+                blocks.append(_grace_block(cpu))
+                continue
             blocks.append(
                 f"processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
                 f"model name\t: {CPU_MODEL_NAME}\nstepping\t: 8\ncpu MHz\t\t: 2000.000\n"
@@ -98,8 +116,34 @@ def write_cpuinfo(root: Path, profile: Profile) -> None:
     write_attr(root / "proc/cpuinfo", "\n".join(blocks) + "\n", newline=False)
 
 
+# The fabric's identity for the rack a gb200-nvl tray is in. The clique id is the one a
+# published GB200 `nvidia-smi -q` Fabric block shows (CliqueId : 32766).
+CLIQUE_ID = 32766
+HEALTHY_FABRIC = {
+    "summary": "healthy",
+    "degraded_bandwidth": False,
+    "route_recovery": False,
+    "route_unhealthy": False,
+    "access_timeout_recovery": False,
+    "incorrect_configuration": "none",
+    "partition_assigned": True,
+    "gfm_connected": True,
+    "mask": None,
+}
+
+
+def cluster_uuid(profile: Profile) -> str:
+    """The NVLink domain's cluster UUID: uuid5 of the profile name (lowercase 8-4-4-4-12)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"agentd-sim/{profile.name}"))
+
+
 def nvml_data(profile: Profile) -> dict[str, Any]:
+    """What NVML answers. NVSwitch profiles (HGX H100): links to the local NVSwitches,
+    fabric State/Status only (driver 535/550 nvidia-smi shows no clique or health there).
+    rack_nvlink profiles (GB200 NVL): links to the rack's switch trays (remote bus id
+    unknown to the node), the fabric's cluster UUID, clique id and health, and C2C links."""
     nvsw = profile.nvswitch_bdfs
+    rack = profile.rack_nvlink
     gpus = []
     for index, bdf in enumerate(profile.gpu_bdfs):
         links = []
@@ -111,9 +155,10 @@ def nvml_data(profile: Profile) -> dict[str, Any]:
                     "link": link,
                     "state": "up",
                     "remote_pci_bus_id": nvsw[owners[link] % len(nvsw)] if nvsw else None,
-                    "remote_type": "nvswitch" if nvsw else "gpu",
-                    "version": 4,
+                    "remote_type": "nvswitch" if nvsw or rack else "gpu",
+                    "version": profile.nvlink_version,
                     "errors": {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0},
+                    "speed_mb_s": profile.nvlink_speed_mb_s,
                 }
             )
         gpus.append(
@@ -123,8 +168,12 @@ def nvml_data(profile: Profile) -> dict[str, Any]:
                 "name": profile.gpu_name,
                 "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"agentd-sim/{profile.name}/{bdf}")),
                 "nvlinks": links,
-                "fabric_state": "completed" if nvsw else None,
-                "fabric_status": "success" if nvsw else None,
+                "fabric_state": "completed" if profile.has_fabric else None,
+                "fabric_status": "success" if profile.has_fabric else None,
+                "fabric_cluster_uuid": cluster_uuid(profile) if rack else None,
+                "fabric_clique_id": CLIQUE_ID if rack else None,
+                "fabric_health": dict(HEALTHY_FABRIC) if rack else None,
+                "c2c_links": [{"link": i, "state": "up", "max_bw_mb_s": profile.c2c_max_bw_mb_s} for i in range(profile.c2c_links_per_gpu)],
                 "pcie_replay_errors": 0,
                 "error": None,
             }
@@ -151,8 +200,10 @@ def write_node(root: Path, profile: Profile) -> None:
     k = root / "proc/sys/kernel"
     write_attr(k / "osrelease", profile.kernel_release)
     write_attr(k / "hostname", profile.hostname)
-    write_attr(k / "arch", "x86_64")
-    write_attr(root / "proc/version", f"Linux version {profile.kernel_release} (buildd@lcy02-amd64-051) (x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #24-Ubuntu SMP PREEMPT_DYNAMIC Fri Jun 14 09:38:28 UTC 2024")
+    write_attr(k / "arch", profile.arch)
+    builder = "bos02-arm64-040" if profile.arch == "aarch64" else "lcy02-amd64-051"
+    gcc = f"{profile.arch}-linux-gnu-gcc-12"
+    write_attr(root / "proc/version", f"Linux version {profile.kernel_release} (buildd@{builder}) ({gcc} (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #24-Ubuntu SMP PREEMPT_DYNAMIC Fri Jun 14 09:38:28 UTC 2024")
     write_cpuinfo(root, profile)
     nodes = root / "sys/devices/system/node"
     n = len(profile.numa_cpulists)
@@ -163,3 +214,9 @@ def write_node(root: Path, profile: Profile) -> None:
         write_attr(nodes / f"node{i}/cpumap", cpumask(cpulist, profile.nr_cpus))
     write_modules(root, profile, peermem=profile.peermem, open_module=profile.open_module)
     write_nvml(root, nvml_data(profile))
+    write_processes(root, profile)
+
+
+def write_processes(root: Path, profile: Profile) -> None:
+    for pid, comm in profile.processes():
+        write_attr(root / f"proc/{pid}/comm", comm)

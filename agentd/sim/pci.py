@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agentd.sim.aer import write_aer
 from agentd.sim.pcicfg import GEN_SPEED, SPEED_GEN, build_config
-from agentd.sim.profiles import MODELS, DeviceModel, Endpoint, Profile, RootPort, Switch
+from agentd.sim.profiles import MODELS, DeviceModel, Endpoint, Profile, RootPort, Switch, functions
 from agentd.sim.tree import cpumask, symlink, write_attr, write_bytes
 
 
@@ -58,7 +58,10 @@ def _bus(bdf: str) -> int:
 def _items(rp: RootPort) -> _Item:
     below = rp.below
     if isinstance(below, Switch):
-        dsps = tuple(_Item(d, below.model, "downstream", None, (_Item(ep.bdf, ep.model, "endpoint", ep),)) for d, ep in below.dsps)
+        dsps = tuple(
+            _Item(d, below.model, "downstream", None, tuple(_Item(ep.bdf, ep.model, "endpoint", ep) for ep in functions(eps)))
+            for d, eps in below.dsps
+        )
         child = _Item(below.usp, below.model, "upstream", None, dsps)
     else:
         child = _Item(below.bdf, below.model, "endpoint", below)

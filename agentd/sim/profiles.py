@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-GT32, GT16, GT5 = "32.0 GT/s PCIe", "16.0 GT/s PCIe", "5.0 GT/s PCIe"
+GT32, GT16, GT5, GT2_5 = "32.0 GT/s PCIe", "16.0 GT/s PCIe", "5.0 GT/s PCIe", "2.5 GT/s PCIe"
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,17 @@ MODELS: dict[str, DeviceModel] = {
     "connectx-6": DeviceModel(0x15B3, 0x101B, 0x020700, 0x15B3, 0x0006, GT16, 16, "mlx5_core"),
     "connectx-6dx": DeviceModel(0x15B3, 0x101D, 0x020000, 0x15B3, 0x0016, GT16, 16, "mlx5_core"),
     "i350": DeviceModel(0x8086, 0x1521, 0x020000, 0x8086, 0x00A3, GT5, 4, "igb", 0x01),
+    # GB200 NVL compute tray (_gb200_nvl below). Ids: pci.ids and the tray's lspci (gpud testdata);
+    # subsystem ids and link widths of the Grace root ports are not in those sources.
+    "grace-rp-gpu": DeviceModel(0x10DE, 0x22B1, 0x060400, 0x10DE, 0x0000, GT32, 16, "pcieport"),
+    "grace-rp-io": DeviceModel(0x10DE, 0x22B2, 0x060400, 0x10DE, 0x0000, GT32, 16, "pcieport"),
+    "grace-rp-bmc": DeviceModel(0x10DE, 0x22B8, 0x060400, 0x10DE, 0x0000, GT5, 1, "pcieport"),
+    "b200-gb200": DeviceModel(0x10DE, 0x2941, 0x030200, 0x10DE, 0x0000, GT32, 16, "nvidia", 0xA1),
+    "cx7-bridge": DeviceModel(0x15B3, 0x1979, 0x060400, 0x15B3, 0x0000, GT32, 16, "pcieport"),
+    "bf3-bridge": DeviceModel(0x15B3, 0x197B, 0x060400, 0x15B3, 0x0000, GT32, 16, "pcieport", 0x01),
+    "bf3-eth": DeviceModel(0x15B3, 0xA2DC, 0x020000, 0x15B3, 0x0051, GT32, 16, "mlx5_core", 0x01),
+    "pericom-c008": DeviceModel(0x12D8, 0xC008, 0x060400, 0x0000, 0x0000, GT5, 1, "pcieport", 0x06),
+    "i210": DeviceModel(0x8086, 0x1533, 0x020000, 0x8086, 0x0000, GT2_5, 1, "igb", 0x03),
 }
 
 Role = Literal["gpu", "hca", "nic", "nvswitch"]
@@ -63,8 +74,15 @@ class Endpoint:
 @dataclass(frozen=True)
 class Switch:
     usp: str
-    dsps: tuple[tuple[str, Endpoint], ...]  # (downstream port bdf, device below it)
+    # (downstream port bdf, device below it); a tuple: the functions of one multi-function
+    # device (BlueField-3's Ethernet functions .0 and .1)
+    dsps: tuple[tuple[str, Endpoint | tuple[Endpoint, ...]], ...]
     model: str = "pex-gen5-port"
+
+
+def functions(below: Endpoint | tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+    """The PCI functions below a switch downstream port."""
+    return below if isinstance(below, tuple) else (below,)
 
 
 @dataclass(frozen=True)
@@ -125,13 +143,23 @@ class Profile:
     open_module: bool = True
     peermem: bool = True
     roce_priority: int = 3  # PFC + ECN priority on RoCE netdevs
+    arch: str = "x86_64"  # uname -m; "aarch64" gets an Arm proc/cpuinfo (node.py)
+    cpu: str = "spr"  # proc/cpuinfo model: "spr" (Xeon 8480+) or "grace" (Neoverse V2)
+    nvlink_version: int = 4
+    nvlink_speed_mb_s: int = 26562  # NVML_FI_DEV_NVLINK_GET_SPEED per link (H100: 26.562 GB/s)
+    # NVLinks go to NVSwitches outside the node (the rack's switch trays): remote bus id
+    # unknown, and the fabric gives the GPUs a cluster UUID and clique id and reports health.
+    rack_nvlink: bool = False
+    c2c_links_per_gpu: int = 0  # Grace <-> GPU NVLink-C2C links
+    c2c_max_bw_mb_s: int = 44712  # per link (nvidia-smi c2c -s: "44.712 GB/s")
+    daemons: tuple[tuple[int, str], ...] = ()  # (pid, comm) beside systemd (and nv-fabricmanager on NVSwitch profiles)
 
     def endpoints(self) -> list[Endpoint]:
         out: list[Endpoint] = []
         for hb in self.host_bridges:
             for rp in hb.ports:
                 if isinstance(rp.below, Switch):
-                    out.extend(ep for _, ep in rp.below.dsps)
+                    out.extend(ep for _, below in rp.below.dsps for ep in functions(below))
                 else:
                     out.append(rp.below)
         return out
@@ -157,6 +185,21 @@ class Profile:
     def hca(self, name: str) -> HcaSpec | None:
         return next((h for h in self.hcas if h.name == name), None)
 
+    @property
+    def has_fabric(self) -> bool:
+        """The GPUs register with an NVLink fabric (local NVSwitches or the rack's)."""
+        return bool(self.nvswitch_bdfs) or self.rack_nvlink
+
+    def processes(self) -> list[tuple[int, str]]:
+        """The process table the simulator writes (ROOT/proc/<pid>/comm), by pid."""
+        procs = [(1, "systemd")]
+        if self.nvswitch_bdfs:
+            procs.append((FABRIC_MANAGER_PID, "nv-fabricmanager"))
+        return sorted(procs + list(self.daemons))
+
+    def pid_of(self, comm: str) -> int | None:
+        return next((pid for pid, name in self.processes() if name == comm), None)
+
 
 def _switch_pair(hb: int, numa: int, nic: Endpoint, gpu: Endpoint) -> HostBridge:
     """Root port hb:01.0 -> switch USP (hb+1):00.0 -> DSPs (hb+2):00.0 (NIC), (hb+2):01.0 (GPU)."""
@@ -179,6 +222,9 @@ def storage_nic(name: str, hb: int, numa: int, *, node_guid: str, ipv4: str) -> 
     )  # fmt: skip
     return bridge, hca
 
+
+FABRIC_MANAGER_PID = 2417  # fixed pids: trees are reproducible byte for byte
+IMEX_PID = 2433
 
 H100_HOST_BRIDGES = ((0x14, 0), (0x35, 0), (0x46, 0), (0x57, 0), (0x94, 1), (0xB5, 1), (0xC6, 1), (0xD7, 1))
 H100_CPUS = ("0-55,112-167", "56-111,168-223")
@@ -275,11 +321,108 @@ def _pcie_4gpu() -> Profile:
     )
 
 
+def _domain_port(domain: int, numa: int, model: str, below: Endpoint | Switch) -> HostBridge:
+    """A Grace root port alone in its PCI domain: ``dddd:00:00.0``, as each Grace PCIe
+    controller is its own domain (segment)."""
+    return HostBridge(f"{domain:04x}:00", numa, (RootPort(f"{domain:04x}:00:00.0", below, model),))
+
+
+def _cx7_behind_bridges(domain: int, numa: int, name: str) -> HostBridge:
+    """ConnectX-7 as on the GB200 tray: root port -> the CX7's own PCIe bridge (USP
+    dddd:01:00.0, DSP dddd:02:00.0) -> the HCA at dddd:03:00.0. The bridge's second DSP
+    (02:01.0, with more bridges behind it on 04/05 and nothing attached) is left out."""
+    d = f"{domain:04x}"
+    sw = Switch(usp=f"{d}:01:00.0", dsps=((f"{d}:02:00.0", Endpoint(f"{d}:03:00.0", "connectx-7", "hca", name)),), model="cx7-bridge")
+    return _domain_port(domain, numa, "grace-rp-io", sw)
+
+
+GB200_CX7 = ((0x0000, 0), (0x0002, 0), (0x0010, 1), (0x0012, 1))  # mlx5_0..3
+GB200_GPUS = ((0x0008, 0), (0x0009, 0), (0x0018, 1), (0x0019, 1))
+GB200_BF3 = ((0x0006, 0), (0x0016, 1))  # two Ethernet functions each: mlx5_4/5, mlx5_6/7
+
+
+def _gb200_nvl() -> Profile:
+    """One compute tray of a GB200 NVL72 rack: 2 Grace (Neoverse V2, 72 cores each), 4
+    B200 GPUs, 4 ConnectX-7 NDR InfiniBand compute HCAs, 2 BlueField-3 (Ethernet, not
+    compute), an i210 boot NIC. Every device has a root port of its own in a PCI domain of
+    its own; the bus ids are a real tray's (leptonai/gpud pkg/nvidia-query/testdata/
+    lspci.gb200, Apache-2.0). The NVLinks go to the rack's NVSwitch trays, so no NVSwitch is
+    on this node's PCI bus; NVML reports the fabric (cluster UUID, clique id, health) and
+    NVLink-C2C links to the Grace CPU.
+    Left out: NVMe drives, the BlueField-3's management function (.2) and the BMC's
+    ASPEED VGA and USB controller behind the Pericom switch."""
+    hbs: list[HostBridge] = []
+    hcas: list[HcaSpec] = []
+    for i, (domain, numa) in enumerate(GB200_CX7):
+        name = f"mlx5_{i}"
+        hbs.append(_cx7_behind_bridges(domain, numa, name))
+        hcas.append(
+            HcaSpec(
+                name=name, bdf=f"{domain:04x}:03:00.0", netdev=f"ib{i}", link_layer="InfiniBand", rate="400 Gb/sec (4X NDR)",
+                compute=True, hca_type="MT4129", fw_ver="28.43.1014", board_id="MT_0000000838",
+                node_guid=f"a088:c203:02{0x42 + i:02x}:{0x7f10 + 0x11 * i:04x}", mtu=4092, lid=0x20 + i,
+            )
+        )  # fmt: skip
+    for k, (domain, numa) in enumerate(GB200_BF3):
+        d = f"{domain:04x}"
+        fns = []
+        for fn in range(2):
+            name, bdf = f"mlx5_{4 + 2 * k + fn}", f"{d}:03:00.{fn}"
+            fns.append(Endpoint(bdf, "bf3-eth", "hca", name))
+            hcas.append(
+                HcaSpec(
+                    name=name, bdf=bdf, netdev=f"enP{domain}p3s0f{fn}np{fn}", link_layer="Ethernet", rate="200 Gb/sec (4X HDR)",
+                    compute=False, hca_type="MT41692", fw_ver="32.43.1014", board_id="MT_0000001093",
+                    node_guid=f"5c25:7303:00{0x9a + k:02x}:{0x4e20 + fn:04x}", mtu=9000, ipv4=f"10.210.{2 * k + fn}.11",
+                )
+            )  # fmt: skip
+        sw = Switch(usp=f"{d}:01:00.0", dsps=((f"{d}:02:00.0", tuple(fns)),), model="bf3-bridge")
+        hbs.append(_domain_port(domain, numa, "grace-rp-io", sw))
+    for domain, numa in GB200_GPUS:
+        hbs.append(_domain_port(domain, numa, "grace-rp-gpu", Endpoint(f"{domain:04x}:01:00.0", "b200-gb200", "gpu")))
+    # The i210 sits behind a Pericom packet switch (its DSPs 0005:02:01.0-07.0 lead to the
+    # BMC's VGA, USB and this NIC); 02:06.0 -> bus 09 is deduced from the bus numbering.
+    boot = BootNic("enP5p9s0", "0005:09:00.0", "7c:c2:55:3e:40:d0")
+    pericom = Switch(usp="0005:01:00.0", dsps=(("0005:02:06.0", Endpoint(boot.bdf, "i210", "nic", boot.netdev)),), model="pericom-c008")
+    hbs.append(_domain_port(0x0005, 0, "grace-rp-bmc", pericom))
+    hbs.sort(key=lambda h: h.domain_bus)
+    return Profile(
+        name="gb200-nvl",
+        description="GB200 NVL72 compute tray: 2x Grace (aarch64) + 4x B200, NVLink 5 to the rack's switch trays (multi-node domain), 4x ConnectX-7 NDR IB, 2x BlueField-3 Ethernet",
+        hostname="sim-gb200-nvl-01",
+        nr_cpus=144,
+        numa_cpulists=("0-71", "72-143"),
+        host_bridges=tuple(hbs),
+        hcas=tuple(hcas),
+        boot_nic=boot,
+        gpu_name="NVIDIA GB200",
+        nvlinks_per_gpu=18,
+        driver_version="570.124.06",
+        cuda_driver_version=12080,
+        kernel_release="6.8.0-1021-nvidia-64k",
+        arch="aarch64",
+        cpu="grace",
+        nvlink_version=5,
+        nvlink_speed_mb_s=53125,
+        rack_nvlink=True,
+        c2c_links_per_gpu=C2C_LINKS_GB200,
+        daemons=((IMEX_PID, "nvidia-imex"),),
+    )
+
+
+# NVLink-C2C links per GPU. A GH200 reports 10 (`nvidia-smi c2c -s`: "C2C Link 0..9:
+# 44.712 GB/s", as published in xgboost's tests); a Grace of a GB200 shares its C2C
+# between two GPUs, and published GB200 tooling expects 5 links of 44.712 GB/s per GPU.
+# No real GB200 `nvidia-smi c2c -s` output was found to confirm the count.
+C2C_LINKS_GB200 = 5
+
+
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
         _h100("h100-ib", "8x H100 SXM + 4 NVSwitch, 8x ConnectX-7 NDR IB (PIX, one per GPU), 2x ConnectX-6 Dx 100GbE storage", False),
         _h100("h100-roce", "8x H100 SXM + 4 NVSwitch, 8x ConnectX-7 400GbE RoCE v2 (PIX), MTU 9000, PFC+ECN on priority 3", True),
         _pcie_4gpu(),
+        _gb200_nvl(),
     )
 }

@@ -1,6 +1,6 @@
 """The fault matrix (issue 7): every simulator fault kind against the RUNNING daemon.
 
-One ``agentd run --simulate PROFILE`` per profile (h100-ib, then h100-roce), faults applied
+One ``agentd run --simulate PROFILE`` per profile (h100-ib, h100-roce, then gb200-nvl), faults applied
 one at a time to its live tree. Per fault: the finding tests/test_fault_findings.py proves
 in-process (code, severity, subject) appears in ``/health`` (``/checks`` for ok-severity
 facts) with the right status code; ``/metrics`` carries ``agentd_finding{...} 1`` and an
@@ -85,6 +85,13 @@ def _rose(name: str, by: float, **lab: str) -> Area:
 P0 = {"device": "mlx5_0", "port": "1"}
 GPU0 = {"gpu": "0", "pci_bus_id": "00000000:18:00.0"}
 ROCE0 = {"netdev": "ens1np0", "priority": "3"}
+# Daemon config per profile beside the matrix's own: IMEX is judged only where configured.
+PROFILE_CONFIG = {"gb200-nvl": "\n[fabric]\nimex = true\n"}
+
+
+def _finding(code: str, severity: str, subject: str) -> Area:
+    """For kinds without an area metric of their own: the finding's series stands in."""
+    return lambda m, b: finding_series(code, severity, subject) in m
 
 
 @dataclass(frozen=True)
@@ -152,10 +159,19 @@ CASES: dict[str, Case] = {
                                    area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="hold passed", note="no Xid line: the three-line off-bus record alone"),
     "mlx5_cmd_timeout": Case(("kernel_events_total{mlx5,cmd_timeout,mlx5_2} +5", _rose("agentd_kernel_events_total", 5, kind="mlx5", code="cmd_timeout", device="mlx5_2")),
                              area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="window passed", note="repeated timeouts within kernel.window_s; one alone is no finding"),
+    # issue 16: the NVLink fabric (gb200-nvl unless said; fm_down on h100-ib)
+    "fabric_status": Case(("gpu_fabric_info{completed,Insufficient Resources} 1", _eq("agentd_gpu_fabric_info", 1, gpu="1", state="completed", status="Insufficient Resources"))),
+    "fabric_unassigned": Case(("nvlink_domain_info{health=unhealthy} 1", _eq("agentd_nvlink_domain_info", 1, health="unhealthy"))),
+    "fabric_health": Case(("nvlink_domain_info{health=unhealthy} 1", _eq("agentd_nvlink_domain_info", 1, health="unhealthy"))),
+    "fabric_domain_split": Case(("nvlink_domain_info{health=unhealthy} 1", _eq("agentd_nvlink_domain_info", 1, health="unhealthy"))),
+    "nvlink_slow": Case(("finding series", _finding("nvlink.link.slow", "warning", "gpu0:link5")), note="a warning: the domain's other links are at full speed"),
+    "c2c_down": Case(("finding series", _finding("nvlink.c2c.down", "critical", "gpu1"))),
+    "fm_down": Case(("finding series", _finding("fabric.manager.down", "critical", "node"))),
+    "imex_down": Case(("finding series", _finding("fabric.imex.down", "critical", "node")), note="[fabric] imex = true on this daemon"),
 }
 # Rows beside one per kind: an application XID must leave the node ok (issue 14).
 APP_XID = "xid=13"
-ORDER = [k for p in ("h100-ib", "h100-roce") for k in EXPECT if EXPECT[k][0] == p]
+ORDER = [k for p in ("h100-ib", "h100-roce", "gb200-nvl") for k in EXPECT if EXPECT[k][0] == p]
 ORDER.insert(ORDER.index("xid") + 1, APP_XID)
 COLUMNS = ("fault", "profile", "expected finding", "detected", "/health", "metrics", "NCCL files", "recovered", "notes")
 
@@ -171,7 +187,7 @@ def render_matrix(rows: dict[str, dict[str, str]]) -> str:
 @pytest.fixture(scope="module")
 def matrix(request, tmp_path_factory):
     rows: dict[str, dict[str, str]] = {}
-    daemons = Daemons(tmp_path_factory.mktemp("matrix"), f"[thresholds]\nflap_window_s = {FLAP_WINDOW_S}\npcie_retrain_window_s = {RETRAIN_WINDOW_S}\n\n[kernel]\nwindow_s = {KERNEL_WINDOW_S}\nhold_s = {KERNEL_WINDOW_S}\n")
+    daemons = Daemons(tmp_path_factory.mktemp("matrix"), f"[thresholds]\nflap_window_s = {FLAP_WINDOW_S}\npcie_retrain_window_s = {RETRAIN_WINDOW_S}\n\n[kernel]\nwindow_s = {KERNEL_WINDOW_S}\nhold_s = {KERNEL_WINDOW_S}\n", profile_config=PROFILE_CONFIG)
     yield daemons, rows
     daemons.close()
     text = render_matrix(rows)

@@ -286,9 +286,10 @@ class Daemons:
     """One daemon per profile, started on first use (and at rest: 200 ok, no findings); the
     previous profile's is stopped. ``baseline_env`` holds the healthy nccl.env's stable text."""
 
-    def __init__(self, tmp: Path, extra_config: str = ""):
+    def __init__(self, tmp: Path, extra_config: str = "", profile_config: dict[str, str] | None = None):
         self.tmp = tmp
         self.extra_config = extra_config
+        self.profile_config = profile_config or {}  # profile -> config text appended for its daemon
         self.agent: Agent | None = None
         self.starts = 0
 
@@ -299,7 +300,7 @@ class Daemons:
         if self.agent is None:
             self.starts += 1
             d = self.tmp / f"{profile}-{self.starts}"
-            cfg = config_text(out=d / "node", extra=self.extra_config)
+            cfg = config_text(out=d / "node", extra=self.extra_config + self.profile_config.get(profile, ""))
             self.agent = Agent(d, profile=profile, config=cfg).wait_ready()
             a = self.agent
             ok = poll(lambda: at_rest(a), REACT_S)
