@@ -15,7 +15,13 @@ from agentd.host.fs import HostRoot
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return Path(sim.build_tree("h100-ib", tmp_path_factory.mktemp("reuse") / "root"))
+    root = Path(sim.build_tree("h100-ib", tmp_path_factory.mktemp("reuse") / "root"))
+    # a process table (the daemons probe reads it), where the profile does not write one
+    for pid, comm in (("1", "systemd"), ("2741", "nv-fabricmanage")):
+        if not (root / "proc" / pid / "comm").exists():
+            (root / "proc" / pid).mkdir(parents=True, exist_ok=True)
+            (root / "proc" / pid / "comm").write_text(comm + "\n")
+    return root
 
 
 def _collector(root: Path) -> Collector:

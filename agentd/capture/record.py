@@ -27,6 +27,7 @@ from agentd.base import recorded
 from agentd.base.atomic import atomic_write, read_regular
 from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
+from agentd.host.daemons import daemon_name
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.kmsg import KMSG_MAX_BYTES, read_kmsg_tail
 from agentd.host.recording import PathRecorder, RecordedTree
@@ -51,6 +52,24 @@ class CaptureResult:
     problems: tuple[str, ...]
     redacted: bool
     bytes_written: int
+
+
+def _trim_process_table(rec: PathRecorder, root: Path) -> None:
+    """Of the process table the daemons probe read, keep PID 1's name (it says the table is
+    the node's whole one) and the processes that are fabric daemons: the replay sees the
+    same FabricDaemons, and the capture holds no list of what else the node runs."""
+    proc = str(root).rstrip("/") + "/proc"
+    kept: set[str] = set()
+    for path in [p for p in rec.files if p.startswith(proc + "/")]:
+        pid, _, rest = path[len(proc) + 1 :].partition("/")
+        if rest != "comm" or not (pid.isascii() and pid.isdigit()):
+            continue
+        if pid == "1" or daemon_name(rec.files[path]) is not None:
+            kept.add(pid)
+        else:
+            del rec.files[path]
+    if proc in rec.listings:
+        rec.listings[proc] = [n for n in rec.listings[proc] if n in kept]
 
 
 def _nvml_answer(snap: NodeSnapshot) -> dict[str, Any]:
@@ -121,6 +140,7 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
     collector = Collector(recording, config)
     collector.run_sync()
     snap = collector.snapshot()
+    _trim_process_table(rec, host.root)
     ctx = ReadContext(recording, "capture")
     for rel in IDENTITY_FILES:
         ctx.raw(rel)

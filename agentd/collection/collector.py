@@ -27,12 +27,13 @@ from typing import Any, Literal
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
-from agentd.host import dcb, ethtool, infiniband, modules, netdev, nvml, pci, pcie_errors, system
+from agentd.host import daemons, dcb, ethtool, infiniband, modules, netdev, nvml, pci, pcie_errors, system
 from agentd.host.fs import HostRoot, ReadContext, replay
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
 from agentd.model import (
+    FabricDaemons,
     GdrInfo,
     Gpu,
     Hca,
@@ -108,6 +109,15 @@ def _pcie_errors(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> tuple[
     return pcie_errors.read_pcie_errors(ctx, devs.data if devs is not None else (), bus_ids)
 
 
+def _fabric_daemons(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> FabricDaemons:
+    """The fabric daemons, looked for only where they can matter: a node with NVIDIA GPUs
+    or NVSwitches on its PCI bus (an idle CPU node does not scan its process table)."""
+    devs = outputs.get("pci")
+    if devs is None or not any(d.is_nvswitch or (d.is_gpu and d.vendor_id == NVIDIA) for d in devs.data):
+        return FabricDaemons()
+    return daemons.read_daemons(ctx)
+
+
 # One InfiniBand read per tier, each with only the parts that tier needs, so every file is
 # read in one tier; assemble() merges the three into one Hca list.
 IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
@@ -129,6 +139,8 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
     ProbeSpec("kernel", "fast", lambda c, o: None, KernelLog(asked=False), journaled=lambda host: False, stream=True),
     ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False),
+    # A live process table changes all the time: replaying its journal would only read it twice.
+    ProbeSpec("daemons", "slow", _fabric_daemons, FabricDaemons(), after=("pci",), journaled=lambda host: not host.is_live),
 )
 PROBE_BY_NAME = {p.name: p for p in PROBES}
 # The probe catalogue: every probe name with its tier, in collection order. Tests, the
@@ -254,6 +266,7 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         gdr=_data(outputs, "gdr"),
         nvml=nv,
         kernel=_data(outputs, "kernel"),
+        daemons=_data(outputs, "daemons"),
         probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
         read_errors=tuple(errors.values()),
     )

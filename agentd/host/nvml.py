@@ -1,4 +1,5 @@
-"""GPUs, NVLinks, fabric state and PCIe replay counters from NVML.
+"""GPUs, NVLinks (state, speed, error counters), C2C links, fabric identity, state and
+health, and PCIe replay counters from NVML.
 
 Live (the running kernel's root: ``/``, or a container's ``/host``): nvidia-ml-py (``pynvml``), imported lazily so that agentd starts
 on nodes without it. No library or no driver is a normal answer (``available=False``).
@@ -23,8 +24,9 @@ from pydantic import Field, ValidationError, field_validator
 
 from agentd.base import recorded
 from agentd.base.ids import normalize_bdf
+from agentd.host.fabric_health import decode_health, format_cluster_uuid
 from agentd.host.fs import ReadContext
-from agentd.model import NvLink, NvmlGpu, NvmlInfo
+from agentd.model import C2cLink, NvLink, NvmlGpu, NvmlInfo
 
 SIM_MAX_BYTES = 4 * 1024 * 1024
 _sleep = time.sleep  # tests replace this to observe hang_s without waiting
@@ -43,6 +45,10 @@ _NVLINK_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 _FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 # NVML return codes we branch on (stable across NVML versions).
 _INVALID_ARGUMENT, _NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _GPU_IS_LOST = 2, 3, 13, 15
+_VERSION_MISMATCH = 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH: the driver does not know this struct version
+_MAX_C2C_LINKS = 64  # a bound on a count read from the driver
+# c_nvmlFieldValue_t.valueType (NVML_VALUE_TYPE_*) -> the member of its value union
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 _NO_LINK = (_INVALID_ARGUMENT, _NOT_SUPPORTED)
 
 
@@ -131,6 +137,16 @@ def _text(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
+def _field_value(v: Any) -> int | None:
+    """An integer from one c_nvmlFieldValue_t; None when NVML answered an error for it."""
+    if int(v.nvmlReturn) != 0:
+        return None
+    member = _VALUE_MEMBERS.get(int(v.valueType))
+    if member is None:
+        return None
+    return int(getattr(v.value, member))
+
+
 class _Live:
     def __init__(self, ctx: ReadContext, nv: Any):
         self.ctx = ctx
@@ -196,30 +212,116 @@ class _Live:
             errors=errors,
         )
 
-    def fabric(self, h: Any) -> tuple[str | None, str | None]:
+    def _fabric_calls(self) -> list[tuple[Callable[..., Any], Any]]:
+        """(function, struct type) to try, newest first: v3 (health summary), v2 (health
+        mask) through nvmlDeviceGetGpuFabricInfoV, then the legacy call (identity only)."""
         nv = self.nv
-        if hasattr(nv, "nvmlDeviceGetGpuFabricInfoV") and hasattr(nv, "c_nvmlGpuFabricInfoV_t"):
-            info, fn = nv.c_nvmlGpuFabricInfoV_t(), nv.nvmlDeviceGetGpuFabricInfoV
-        elif hasattr(nv, "nvmlDeviceGetGpuFabricInfo") and hasattr(nv, "c_nvmlGpuFabricInfo_t"):
-            info, fn = nv.c_nvmlGpuFabricInfo_t(), nv.nvmlDeviceGetGpuFabricInfo
-        else:
-            return None, None
-        try:
-            fn(h, ctypes.byref(info))
-        except nv.NVMLError as e:
-            c = self.code(e)
-            if c == _GPU_IS_LOST:
-                raise
-            if c == _NOT_SUPPORTED:
-                return "not_supported", None
-            if c != _FUNCTION_NOT_FOUND:  # older driver: no fabric API
+        calls: list[tuple[Callable[..., Any], Any]] = []
+        fn_v = getattr(nv, "nvmlDeviceGetGpuFabricInfoV", None)
+        if fn_v is not None:
+            seen: set[int] = set()
+            for name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t", "c_nvmlGpuFabricInfoV_t"):
+                t = getattr(nv, name, None)
+                if t is not None and id(t) not in seen:  # c_nvmlGpuFabricInfoV_t is the v2 struct
+                    seen.add(id(t))
+                    calls.append((fn_v, t))
+        fn = getattr(nv, "nvmlDeviceGetGpuFabricInfo", None)
+        if fn is not None and hasattr(nv, "c_nvmlGpuFabricInfo_t"):
+            calls.append((fn, nv.c_nvmlGpuFabricInfo_t))
+        return calls
+
+    def fabric(self, h: Any) -> dict[str, Any]:
+        """The NvmlGpu fabric fields: state, status, cluster UUID, clique id, health. A
+        driver that does not know a struct version (ARGUMENT_VERSION_MISMATCH) or the V
+        call (FUNCTION_NOT_FOUND) is asked with the next older one."""
+        nv = self.nv
+        info: Any = None
+        for fn, struct in self._fabric_calls():
+            candidate = struct()
+            try:
+                fn(h, ctypes.byref(candidate))
+            except nv.NVMLError as e:
+                c = self.code(e)
+                if c == _GPU_IS_LOST:
+                    raise
+                if c == _NOT_SUPPORTED:
+                    return {"fabric_state": "not_supported"}
+                if c in (_VERSION_MISMATCH, _FUNCTION_NOT_FOUND):
+                    continue
                 self.ctx.error("nvmlDeviceGetGpuFabricInfo", "unreadable", self.msg(e))
-            return None, None
+                return {}
+            info = candidate
+            break
+        if info is None:
+            return {}  # older driver: no fabric API
         state = _FABRIC_STATES.get(int(info.state))
+        out: dict[str, Any] = {"fabric_state": state}
+        names = {f[0] for f in getattr(type(info), "_fields_", ())}
+        if state not in (None, "not_supported") and "healthMask" in names:
+            summary = int(info.healthSummary) if "healthSummary" in names else None
+            out["fabric_health"] = decode_health(int(info.healthMask), summary)
         if state != "completed":
-            return state, None  # NVML: status is meaningful only once the probe completed
+            return out  # NVML: status (and the domain) are meaningful only once the probe completed
         status = int(info.status)
-        return state, "success" if status == 0 else self.msg(nv.NVMLError(status))
+        out["fabric_status"] = "success" if status == 0 else self.msg(nv.NVMLError(status))
+        out["fabric_cluster_uuid"] = format_cluster_uuid(info.clusterUuid)
+        out["fabric_clique_id"] = int(info.cliqueId)
+        return out
+
+    def field_values(self, h: Any, wanted: list[tuple[int, int]]) -> list[int | None] | None:
+        """One nvmlDeviceGetFieldValues call for (field id, scope id) pairs: each value, or
+        None where NVML answered an error for it; None when the call itself failed
+        (no such API, an older driver). GPU_IS_LOST propagates."""
+        fn = getattr(self.nv, "nvmlDeviceGetFieldValues", None)
+        if fn is None or not wanted:
+            return None
+        try:
+            values = fn(h, wanted)
+        except self.nv.NVMLError as e:
+            if self.code(e) == _GPU_IS_LOST:
+                raise
+            return None
+        try:
+            out = [_field_value(v) for v in values]
+        except (AttributeError, TypeError, ValueError):
+            return None
+        return out if len(out) == len(wanted) else None
+
+    def link_speeds(self, h: Any, links: list[int]) -> dict[int, int]:
+        """Current speed (MB/s) of each link (NVML_FI_DEV_NVLINK_GET_SPEED, scope the
+        link), all of the GPU's links in one call; {} when unsupported."""
+        fid = getattr(self.nv, "NVML_FI_DEV_NVLINK_GET_SPEED", None)
+        if fid is None or not links:
+            return {}
+        values = self.field_values(h, [(int(fid), n) for n in links])
+        if values is None:
+            return {}
+        return {n: v for n, v in zip(links, values) if v is not None and v > 0}
+
+    def c2c_links(self, h: Any) -> tuple[C2cLink, ...]:
+        """NVLink-C2C links (Grace systems): the count, then each link's status and max
+        bandwidth in one call. () on GPUs that answer no count or 0."""
+        nv = self.nv
+        ids = [getattr(nv, n, None) for n in ("NVML_FI_DEV_C2C_LINK_COUNT", "NVML_FI_DEV_C2C_LINK_GET_STATUS", "NVML_FI_DEV_C2C_LINK_GET_MAX_BW")]
+        if any(i is None for i in ids):
+            return ()
+        count_id, status_id, bw_id = (int(i) for i in ids if i is not None)
+        got = self.field_values(h, [(count_id, 0)])
+        count = got[0] if got else None
+        if not count or count <= 0:
+            return ()
+        count = min(count, _MAX_C2C_LINKS)
+        wanted = [pair for n in range(count) for pair in ((status_id, n), (bw_id, n))]
+        values = self.field_values(h, wanted)
+        if values is None:
+            return ()
+        out = []
+        for n in range(count):
+            status, bw = values[2 * n], values[2 * n + 1]
+            if status is None:
+                continue
+            out.append(C2cLink(link=n, state="up" if status == 1 else "down", max_bw_mb_s=bw if bw is not None and bw > 0 else None))
+        return tuple(out)
 
     def gpu(self, i: int) -> NvmlGpu | None:
         nv = self.nv
@@ -243,8 +345,11 @@ class _Live:
             uuid = self.call(f"nvmlDeviceGetUUID({i})", lambda: nv.nvmlDeviceGetUUID(h))
             fields["uuid"] = None if uuid is None else _text(uuid)
             max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
-            fields["nvlinks"] = tuple(link for link in (self.link(h, n, i) for n in range(max_links)) if link is not None)
-            fields["fabric_state"], fields["fabric_status"] = self.fabric(h)
+            links = [link for link in (self.link(h, n, i) for n in range(max_links)) if link is not None]
+            speeds = self.link_speeds(h, [link.link for link in links if link.state == "up"])
+            fields["nvlinks"] = tuple(link.model_copy(update={"speed_mb_s": speeds[link.link]}) if link.link in speeds else link for link in links)
+            fields.update(self.fabric(h))
+            fields["c2c_links"] = self.c2c_links(h)
             if hasattr(nv, "nvmlDeviceGetPcieReplayCounter"):
                 replay = self.call(f"nvmlDeviceGetPcieReplayCounter({i})", lambda: nv.nvmlDeviceGetPcieReplayCounter(h), (_NOT_SUPPORTED,))
                 fields["pcie_replay_errors"] = None if replay is None else int(replay)

@@ -17,9 +17,9 @@ fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,146 | 2,541 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,026 | 4,669 |
-| `no-gpu-no-hca` (a node without GPUs or HCAs) | 96 | 96 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,152 | 2,547 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,032 | 4,675 |
+| `no-gpu-no-hca` (a node without GPUs or HCAs) | 102 | 102 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
 agentd.toml, docs/config.md):
