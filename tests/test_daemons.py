@@ -38,7 +38,7 @@ def test_the_names_are_the_judging_layers_names():
 
 def test_running_daemons_by_their_kernel_names(tmp_path):
     # the kernel keeps 15 bytes of a name: nv-fabricmanager shows as nv-fabricmanage
-    proc(tmp_path, {"1": b"systemd\n", "812": b"nv-fabricmanage\n", "90210": b"nvidia-imex\n", "77": b"bash\n", "78": b"\xff\xfeodd\n", "79": b"nvlsmx\n"})
+    proc(tmp_path, {"1": b"systemd\n", "2": b"kthreadd\n", "812": b"nv-fabricmanage\n", "90210": b"nvidia-imex\n", "77": b"bash\n", "78": b"\xff\xfeodd\n", "79": b"nvlsmx\n"})
     (tmp_path / "proc" / "80").mkdir()  # exited before its comm was read
     (tmp_path / "proc" / "sys").mkdir()
     os.symlink("812", tmp_path / "proc" / "self")
@@ -52,9 +52,19 @@ def test_full_names_count_too_and_pid_1_may_be_one(tmp_path):
     assert read_daemons(ctx(tmp_path)).running == ("nv-fabricmanager", "nvidia-imex", "nvlsm")
 
 
-def test_without_pid_1_the_table_is_not_the_whole_node(tmp_path):
-    proc(tmp_path, {"2": b"kthreadd\n"})
+def test_a_container_pid_namespace_is_not_the_whole_node(tmp_path):
+    # A container's own /proc: its entrypoint is PID 1, no kernel thread is visible, so an
+    # absent fabric manager says nothing (it would run outside the namespace).
+    proc(tmp_path, {"1": b"agentd\n", "7": b"python3\n"})
     assert read_daemons(ctx(tmp_path)) == FabricDaemons(asked=True, complete=False)
+    # PID 2 that is not kthreadd: still not the initial namespace
+    proc(tmp_path, {"2": b"sh\n"})
+    assert read_daemons(ctx(tmp_path)).complete is False
+
+
+def test_kthreadd_as_pid_2_makes_the_table_whole(tmp_path):
+    proc(tmp_path, {"2": b"kthreadd\n"})
+    assert read_daemons(ctx(tmp_path)) == FabricDaemons(asked=True, complete=True)
 
 
 def test_no_proc_was_not_asked(tmp_path):
@@ -103,7 +113,7 @@ def test_probe_is_slow_and_scans_only_nodes_with_nvidia_devices(tmp_path):
 # capture
 
 
-def test_a_capture_keeps_pid_1_and_the_daemons_only(tmp_path, capsys):
+def test_a_capture_keeps_kthreadd_and_the_daemons_only(tmp_path, capsys):
     root = proc(Path(sim.build_tree("h100-ib", tmp_path / "node")), {"1": b"systemd\n", "77": b"sshd\n", "812": b"nv-fabricmanage\n", "900": b"nvidia-imex\n"})
     cfg = tmp_path / "agentd.toml"
     cfg.write_text(f'[paths]\nbaseline = "{tmp_path / "baseline.json"}"\nstate_dir = "{tmp_path}"\n')
@@ -112,7 +122,7 @@ def test_a_capture_keeps_pid_1_and_the_daemons_only(tmp_path, capsys):
     with tarfile.open(out) as tar:
         names = set(tar.getnames())
     pids = {n.split("/")[1] for n in names if n.startswith("proc/") and n.split("/")[1].isdigit()}
-    assert pids == {"1", "812", "900"}
+    assert pids == {"2", "812", "900", "2417"}  # kthreadd, the test's daemons and the profile's fabric manager
     assert "proc/77" not in names and "proc/812/comm" in names
     with tarfile.open(out) as tar:
         tar.extractall(tmp_path / "replay", filter="data")

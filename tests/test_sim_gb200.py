@@ -77,7 +77,9 @@ def test_h100_links_have_a_speed_and_no_fabric_identity(tmp_path):
 
 @pytest.mark.parametrize(
     "profile,procs",
-    [("gb200-nvl", {"1": "systemd", "2433": "nvidia-imex"}), ("h100-ib", {"1": "systemd", "2417": "nv-fabricmanager"}), ("pcie-4gpu", {"1": "systemd"})],
+    # kthreadd as PID 2 makes the table the node's whole one; names cut to the kernel's 15 bytes
+    [("gb200-nvl", {"1": "systemd", "2": "kthreadd", "2433": "nvidia-imex"}), ("h100-ib", {"1": "systemd", "2": "kthreadd", "2417": "nv-fabricmanage"}),
+     ("pcie-4gpu", {"1": "systemd", "2": "kthreadd"})],
 )
 def test_process_table(profile, procs, tmp_path):
     root = sim.build_tree(profile, tmp_path / "root")

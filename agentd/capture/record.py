@@ -55,8 +55,8 @@ class CaptureResult:
 
 
 def _trim_process_table(rec: PathRecorder, root: Path) -> None:
-    """Of the process table the daemons probe read, keep PID 1's name (it says the table is
-    the node's whole one) and the processes that are fabric daemons: the replay sees the
+    """Of the process table the daemons probe read, keep PID 2's name (kthreadd there says
+    the table is the node's whole one) and the processes that are fabric daemons: the replay sees the
     same FabricDaemons, and the capture holds no list of what else the node runs."""
     proc = str(root).rstrip("/") + "/proc"
     kept: set[str] = set()
@@ -64,7 +64,7 @@ def _trim_process_table(rec: PathRecorder, root: Path) -> None:
         pid, _, rest = path[len(proc) + 1 :].partition("/")
         if rest != "comm" or not (pid.isascii() and pid.isdigit()):
             continue
-        if pid == "1" or daemon_name(rec.files[path]) is not None:
+        if pid == "2" or daemon_name(rec.files[path]) is not None:
             kept.add(pid)
         else:
             del rec.files[path]

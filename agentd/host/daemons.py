@@ -3,9 +3,12 @@
 Which of the NVLink fabric's userspace daemons run (the fabric manager on NVSwitch boards,
 IMEX and the NVLink subnet manager on multi-node NVLink systems) is read from the kernel's
 process names, not from systemd: the GPU operator runs them inside its driver container.
-Whether the table is the node's whole one is told by PID 1 being visible (the host's PID
-namespace, or a container given the host's ``/proc`` at ``/host/proc``); otherwise a
-daemon missing from it says nothing (``FabricDaemons.complete``).
+Whether the table is the node's whole one is told by ``kthreadd`` being PID 2: the kernel
+starts it as PID 2 of the initial PID namespace, and kernel threads are invisible from any
+other (a container's own PID namespace has a PID 1, its entrypoint, but never kthreadd). So
+the host's ``/proc``, or a container given it at ``/host/proc``, is complete; a container
+reading its own ``/proc`` is not, and a daemon missing from it says nothing
+(``FabricDaemons.complete``).
 
 Bounded: at most ``MAX_PIDS`` processes, ``COMM_MAX_BYTES`` a name (the kernel's are at
 most 15 bytes and a newline); names need not be UTF-8. Reads go through the ReadContext,
@@ -29,6 +32,7 @@ COMM_MAX_BYTES = 64
 # The kernel keeps TASK_COMM_LEN - 1 = 15 bytes of a process name: nv-fabricmanager (16)
 # shows as "nv-fabricmanage" in proc/<pid>/comm.
 TASK_COMM_MAX = 15
+KTHREADD = b"kthreadd"  # PID 2 of the initial PID namespace
 
 
 def daemon_name(comm: bytes) -> str | None:
@@ -54,15 +58,14 @@ def read_daemons(ctx: ReadContext) -> FabricDaemons:
     has no ``proc``."""
     if not ctx.exists("proc"):
         return FabricDaemons(asked=False)
-    init = ctx.raw("proc/1/comm", max_bytes=COMM_MAX_BYTES)
+    kthreadd = ctx.raw("proc/2/comm", max_bytes=COMM_MAX_BYTES)
     running: set[str] = set()
     for pid in pids(ctx):
-        # PID 1 is read once (a container's init may be one of these)
-        data = init if pid == "1" else ctx.raw(f"proc/{pid}/comm", max_bytes=COMM_MAX_BYTES)
+        data = kthreadd if pid == "2" else ctx.raw(f"proc/{pid}/comm", max_bytes=COMM_MAX_BYTES)
         if data is None:
             continue
         name = daemon_name(data)
         if name is not None:
             running.add(name)
-    complete = init is not None
+    complete = kthreadd is not None and kthreadd.rstrip(b"\n") == KTHREADD
     return FabricDaemons(asked=True, complete=complete, running=tuple(sorted(running)))

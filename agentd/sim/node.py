@@ -219,4 +219,5 @@ def write_node(root: Path, profile: Profile) -> None:
 
 def write_processes(root: Path, profile: Profile) -> None:
     for pid, comm in profile.processes():
-        write_attr(root / f"proc/{pid}/comm", comm)
+        # the kernel keeps TASK_COMM_LEN - 1 = 15 bytes of a name: nv-fabricmanage
+        write_attr(root / f"proc/{pid}/comm", comm[:15])

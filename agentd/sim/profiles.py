@@ -192,7 +192,7 @@ class Profile:
 
     def processes(self) -> list[tuple[int, str]]:
         """The process table the simulator writes (ROOT/proc/<pid>/comm), by pid."""
-        procs = [(1, "systemd")]
+        procs = [(1, "systemd"), (2, "kthreadd")]
         if self.nvswitch_bdfs:
             procs.append((FABRIC_MANAGER_PID, "nv-fabricmanager"))
         return sorted(procs + list(self.daemons))
