@@ -1,4 +1,4 @@
-"""Command line: run | check | render | inspect | capture | simulate | baseline | maintenance.
+"""Command line: run | check | render | inspect | topology | capture | simulate | baseline | maintenance.
 
 Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
 (warnings only), 2 critical, 3 agentd itself could not run (reason on stderr).
@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="show what agentd reads on this node")
     _common(p)
+
+    p = sub.add_parser("topology", help="print the node's placement: NVLink domain, GPU->NIC rails and their hash (docs/topology.md)")
+    _common(p)
+    p.add_argument("--slurm", action="store_true", help="print the node's topology.conf line for Slurm's topology/block plugin instead")
+    p.add_argument("--node-name", help="the Slurm node name for --slurm (default: the node's short hostname)")
+    p.add_argument("--slurm-merge", nargs="*", type=Path, metavar="FILE",
+                   help="merge many nodes' --slurm lines (files, or stdin when none; pdsh's 'host: ' prefixes are stripped) into one topology.conf; reads no node")
 
     p = sub.add_parser("capture", help="record everything agentd reads from this node into one file (docs/capture.md)")
     _common(p, fmt=False)
@@ -186,6 +193,46 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(inspect_text(snap, roles))
+    return EXIT_OK
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    from agentd.judging.judge import judge
+    from agentd.judging.lifecycle import Tracks, advance
+    from agentd.judging.placement import placement
+    from agentd.outputs.slurm_topology import MergeError, merge_block_lines, short_hostname, slurm_block_lines
+    from agentd.views import placement_text, placement_view
+
+    if args.slurm_merge is not None:
+        texts = []
+        try:
+            for path in args.slurm_merge or [None]:
+                texts.append(sys.stdin.read() if path is None else Path(path).read_text(errors="surrogateescape"))
+        except OSError as e:
+            raise UsageError(f"cannot read {e.filename}: {e.strerror or e}") from None
+        try:
+            sys.stdout.write(merge_block_lines(line for text in texts for line in text.splitlines()))
+        except MergeError as e:
+            raise UsageError(f"--slurm-merge: nothing written:\n{e}") from None
+        return EXIT_OK
+    config = _config(args)
+    snap, history = _collect(config, rate_window=False)
+    j = judge(snap, history, config, None)
+    # the findings that count, as the daemon's labels use them (observe mode and boot grace applied)
+    life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle, booted_at=snap.system.booted_at, one_shot=True)
+    p = placement(snap, j.roles, life.findings, config.fabric)
+    node = args.node_name or short_hostname(snap.system.hostname)
+    if args.slurm:
+        if node is None:
+            raise UsageError("the node reports no hostname; give --node-name")
+        try:
+            print("\n".join(slurm_block_lines(p, node)))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    elif args.format == "json":
+        print(json_text(placement_view(p, node), indent=2))
+    else:
+        sys.stdout.write(placement_text(p, node))
     return EXIT_OK
 
 
@@ -539,6 +586,7 @@ COMMANDS = {
     "run": cmd_run,
     "check": cmd_check,
     "inspect": cmd_inspect,
+    "topology": cmd_topology,
     "render": cmd_render,
     "capture": cmd_capture,
     "simulate": cmd_simulate,

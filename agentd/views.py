@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from agentd.base.escape import printable
 from agentd.judging.findings import finding_line
+from agentd.judging.placement import Placement
 from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot, counted, overall_status, sort_findings
 from agentd.outputs.maintenance import Maintenance, maintenance_doc, maintenance_line
@@ -188,3 +189,26 @@ def findings_text(findings: Sequence[Finding], *, include_ok: bool = False, main
             continue
         lines.append(finding_line(f))
     return printable("\n".join(lines) + "\n")
+
+
+def placement_view(p: Placement, node: str | None) -> dict[str, Any]:
+    """The `agentd topology --format json` document: the node name and /topology's placement object."""
+    return {"node": node, **p.model_dump(mode="json")}
+
+
+def placement_text(p: Placement, node: str | None) -> str:
+    """`agentd topology`: the NVLink domain, the rail hash and one line a rail."""
+    d = p.domain
+    if d is not None:
+        domain = f"{d.id} ({d.gpus} GPUs, health {d.health})"
+    else:
+        domain = "none (" + ("a multi-node domain is expected: see `agentd check`" if p.multi_node else "no multi-node domain") + ")"
+    lines = [f"node           {printable(node or '?')}", f"nvlink domain  {domain}", f"rail hash      {p.rail_hash or 'none'}"]
+    if p.rails:
+        rows = [["gpu", "bus id", "nic", "port", "netdev", "path", "gpu pcie root", "nic pcie root"]]
+        rows += [[str(r.gpu), r.gpu_bus_id, printable(r.nic), _s(r.port), printable(r.netdev or "-"), r.path,
+                  _s(r.gpu_pcie_root), _s(r.nic_pcie_root)] for r in p.rails]
+        lines += ["", *_table(rows)]
+    else:
+        lines.append("rails          none (no GPU with a compute HCA)")
+    return "\n".join(lines) + "\n"

@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 from agentd.metrics import agent, fabric, gpu_fabric, kernel, node
+from agentd.metrics import placement as placement_metrics
 from agentd.metrics.registry import Registry
 from agentd.ncclbench import bench_metrics as bench
 
-REGISTRY = Registry((agent.AREA, fabric.AREA, node.AREA, gpu_fabric.AREA, kernel.AREA, bench.AREA))
+REGISTRY = Registry((agent.AREA, fabric.AREA, node.AREA, gpu_fabric.AREA, kernel.AREA, bench.AREA, placement_metrics.AREA))
 
 if __name__ == "__main__":  # pragma: no cover - doc generator
     print(REGISTRY.reference_markdown(), end="")

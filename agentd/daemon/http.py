@@ -3,7 +3,7 @@
 Endpoints: ``/metrics`` (Prometheus text 0.0.4, gzip on request), ``/health`` (200 ok or
 degraded, 503 critical, stale or starting; JSON, or ``?format=text`` for a Slurm drain
 reason), ``/livez`` (the event loop and the collection loop are alive), ``/readyz`` (first
-full collection done), ``/checks`` (findings JSON), ``/topology`` (snapshot JSON) and ``/``.
+full collection done), ``/checks`` (findings JSON), ``/topology`` (snapshot JSON and the placement) and ``/``.
 Only GET and HEAD; other methods on a known path get 405, unknown paths 404, a request with
 a body 413; request line and header fields are capped at ``web.max_request_bytes``.
 """

@@ -19,6 +19,8 @@ from typing import Any, Callable, Literal, Mapping, TypeVar
 from agentd.base.escape import model_json
 from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
+from agentd.judging.placement import Placement, placement
+from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot, overall_status
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
@@ -115,10 +117,25 @@ class State:
         result: bytes = await asyncio.shield(task)
         return result
 
+    def placement(self) -> Placement | None:
+        """The node's NVLink domain and rails (agentd.judging.placement) from this State's
+        snapshot, compute HCAs and findings; None before the first collection."""
+        snap = self.snapshot
+        if snap is None:
+            return None
+        roles = HcaRoles(compute=self.compute_hcas, other=tuple(h.name for h in snap.hcas if h.name not in self.compute_hcas),
+                         source=self.hca_roles_source)
+        return self.cached("placement", lambda: placement(snap, roles, self.findings, self.config.fabric))
+
     def topology_json(self) -> bytes:
+        """The snapshot's JSON with one more top-level key, ``placement`` (every snapshot key
+        stays where it was, so existing consumers keep working)."""
+
         def build() -> bytes:
-            if self.snapshot is None:
+            p = self.placement()
+            if self.snapshot is None or p is None:
                 return b'{"error":"no collection yet"}'
-            return model_json(self.snapshot).encode()
+            snap = model_json(self.snapshot)
+            return (snap[:-1] + ',"placement":' + model_json(p) + "}").encode()
 
         return self.cached("topology", build)

@@ -17,8 +17,8 @@ fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,152 | 2,547 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,032 | 4,675 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,156 | 2,711 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,036 | 4,999 |
 | `no-gpu-no-hca` (a node without GPUs or HCAs) | 102 | 102 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in

@@ -14,7 +14,7 @@ from typing import Final, Sequence
 
 from agentd.base.expo import Exposition, Family, MetricType
 from agentd.base.ids import bus_id_label
-from agentd.judging.fabric_role import DAEMON_NAMES
+from agentd.judging.fabric_role import DAEMON_NAMES, FABRIC_MANAGER, IMEX, expects_fabric_manager
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 from agentd.model import FabricHealth, NodeSnapshot, NvmlGpu
@@ -37,7 +37,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_nvlink_speed_bytes_per_second", G, "Current speed of each NVLink that reports one (NVML NVLINK_GET_SPEED; only with metrics.nvlink_per_link).", ("gpu", "pci_bus_id", "link")),
     Family("agentd_gpu_c2c_link_up", G, "NVLink-C2C link between the GPU and its Grace CPU: 1 up, 0 down (Grace systems only).", ("gpu", "pci_bus_id", "link")),
     Family("agentd_gpu_c2c_link_max_bandwidth_bytes_per_second", G, "Maximum bandwidth of the NVLink-C2C link (NVML C2C_LINK_GET_MAX_BW).", ("gpu", "pci_bus_id", "link")),
-    Family("agentd_fabric_daemon_up", G, "1 when the fabric daemon (nv-fabricmanager, nvidia-imex, nvlsm) is in the node's process table, 0 when not. Absent on nodes without GPUs, and when agentd cannot see the whole process table (a container without the host's /proc): absence says nothing.", ("daemon",)),
+    Family("agentd_fabric_daemon_up", G, "1 when the fabric daemon (nv-fabricmanager, nvidia-imex, nvlsm) is in the node's process table, 0 when the node's role expects it ([fabric]) and it is not. Absent for a daemon neither running nor expected, on nodes without GPUs, and when agentd cannot see the whole process table (a container without the host's /proc): absence says nothing.", ("daemon",)),
 )
 
 
@@ -137,8 +137,12 @@ def render(x: Exposition, s: MetricsSource) -> None:
         x.add("agentd_gpu_fabric_health_conditions", (), conditions_set)
     _speeds(x, s, labelled)
     if snap.daemons.complete and snap.gpus:
+        # a daemon the node runs or its role expects ([fabric]): 0 for an expected one that
+        # is missing; daemons neither running nor expected export nothing (series budget)
+        expected = {FABRIC_MANAGER: expects_fabric_manager(snap, s.config.fabric), IMEX: s.config.fabric.imex}
         for name in DAEMON_NAMES:
-            x.add("agentd_fabric_daemon_up", (name,), name in snap.daemons.running)
+            if name in snap.daemons.running or expected.get(name, False):
+                x.add("agentd_fabric_daemon_up", (name,), name in snap.daemons.running)
 
 
 AREA = Area("gpu_fabric", FAMILIES, render, cache_key)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from agentd.base.atomic import WriteResult, atomic_write
-from agentd.config import AgentConfig
+from agentd.config import AgentConfig, FabricSettings
+from agentd.judging.placement import Placement, placement
 from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, IbPort, NodeSnapshot, counted, overall_status
 
@@ -91,6 +92,27 @@ def _nvlink_state(snapshot: NodeSnapshot, findings: Sequence[Finding]) -> str:
     return "ok"
 
 
+def placement_labels(p: Placement) -> dict[str, str]:
+    """The placement labels (docs/topology.md), names without the prefix, values valid
+    label values: the NVLink domain (``nvlink-domain`` is GPU feature discovery's
+    ``nvidia.com/gpu.clique`` value, ``<cluster_uuid>.<clique_id>``), its size and health,
+    only when the node's GPUs are in one; the rail hash; per rail (GPU index ``i``)
+    ``rail.gpu<i>.{nic,port,netdev,path,pcie-root,nic-pcie-root}``. A PCIe root is the host
+    bridge with ':' as '-' (``pci0000-14``: label values have no ':'). A value that is
+    empty once made valid (a netdev name of odd bytes only) is left out."""
+    raw: dict[str, object] = {}
+    if p.domain is not None:
+        raw |= {"nvlink-domain": p.domain.id, "nvlink-domain-gpus": p.domain.gpus, "nvlink-domain-health": p.domain.health}
+    if p.rail_hash is not None:
+        raw["rail-hash"] = p.rail_hash
+    for r in p.rails:
+        base = f"rail.gpu{r.gpu}."
+        raw |= {base + "nic": r.nic, base + "port": r.port, base + "netdev": r.netdev, base + "path": r.path,
+                base + "pcie-root": r.gpu_pcie_root, base + "nic-pcie-root": r.nic_pcie_root}
+    out = {name: label_value(value) for name, value in raw.items() if value is not None}
+    return {name: value for name, value in out.items() if value}
+
+
 def nfd_labels(
     status: str | None,
     findings: Sequence[Finding],
@@ -98,9 +120,12 @@ def nfd_labels(
     *,
     roles: HcaRoles | None = None,
     prefix: str = DEFAULT_PREFIX,
+    fabric: FabricSettings | None = None,
 ) -> dict[str, str]:
     """The labels, name -> value, in a stable order. ``status`` is the node's overall
-    status (ok|degraded|critical, or maintenance); None: computed from ``findings``."""
+    status (ok|degraded|critical, or maintenance); None: computed from ``findings``.
+    ``fabric``: the node's ``[fabric]`` settings (defaults when None), for the placement
+    labels (agentd.judging.placement)."""
     if not prefix.endswith("/") or not DNS_SUBDOMAIN_RE.match(prefix[:-1]):
         raise ValueError(f"label prefix {prefix!r} must be a DNS subdomain followed by '/'")
     findings = counted(findings)  # withheld findings (observe, pending, boot grace) label nothing
@@ -119,6 +144,7 @@ def nfd_labels(
         labels["link-layer"] = layers.pop() if len(layers) == 1 else "mixed"
     labels["gdr"] = _gdr_mode(snapshot, findings)
     labels["nvlink"] = _nvlink_state(snapshot, findings)
+    labels |= placement_labels(placement(snapshot, roles, findings, fabric if fabric is not None else FabricSettings()))
     return {prefix + name: label_value(value) for name, value in labels.items()}
 
 
@@ -131,6 +157,7 @@ def render_nfd_features(
     roles: HcaRoles | None = None,
     now: float | None = None,
     prefix: str = DEFAULT_PREFIX,
+    fabric: FabricSettings | None = None,
 ) -> str:
     """The features.d file text: a comment header, the expiry directive, then the labels.
 
@@ -139,7 +166,7 @@ def render_nfd_features(
     if expiry_s <= 0:
         raise ValueError("expiry_s must be positive")
     base = snapshot.taken_at if now is None else now
-    labels = nfd_labels(status, findings, snapshot, roles=roles, prefix=prefix)
+    labels = nfd_labels(status, findings, snapshot, roles=roles, prefix=prefix, fabric=fabric)
     lines = [
         # Plain comments must not start with "# +": nfd-worker parses those as directives.
         "# node-feature-discovery labels written by agentd; do not edit (rewritten every cycle).",

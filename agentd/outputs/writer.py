@@ -94,7 +94,7 @@ class NfdKeeper:
             self.status = None
             return None
         expiry = default_expiry_s(config)
-        text = render_nfd_features(status, ev.findings, snap, expiry_s=expiry, roles=ev.roles, now=now)
+        text = render_nfd_features(status, ev.findings, snap, expiry_s=expiry, roles=ev.roles, now=now, fabric=config.fabric)
         labels = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
         prev = self.status or FileStatus(name="nfd-features", path=str(path), ok=True)
         if prev.path != str(path):

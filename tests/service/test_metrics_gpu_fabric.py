@@ -69,7 +69,15 @@ def test_healthy_tray_names_its_domain_and_counts_the_rest():
         assert folded not in s, folded
     assert len(s["agentd_gpu_c2c_link_up"]) == 8 and set(pick(s, "agentd_gpu_c2c_link_up")) == {1}
     assert pick(s, "agentd_gpu_c2c_link_max_bandwidth_bytes_per_second", gpu="2", link="1") == [450000 * 1_000_000]
-    assert dict((lab["daemon"], v) for lab, v in s["agentd_fabric_daemon_up"]) == {"nv-fabricmanager": 0, "nvidia-imex": 1, "nvlsm": 0}
+    # a running daemon exports 1; one neither running nor expected by the role exports nothing
+    assert dict((lab["daemon"], v) for lab, v in s["agentd_fabric_daemon_up"]) == {"nvidia-imex": 1}
+
+
+def test_a_daemon_the_role_expects_exports_0_when_missing():
+    gone = tray(daemons=FabricDaemons(asked=True, complete=True, running=()))
+    assert "agentd_fabric_daemon_up" not in parse(render(gone))  # IMEX not required by default
+    s = parse(render(gone, fabric={"imex": True, "fabric_manager": "required"}))
+    assert dict((lab["daemon"], v) for lab, v in s["agentd_fabric_daemon_up"]) == {"nv-fabricmanager": 0, "nvidia-imex": 0}
 
 
 def test_unhealthy_and_degraded_gpus_are_named_with_their_conditions():
