@@ -74,6 +74,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str,
         },
         "pci": [d.model_dump(mode="json") for d in snap.pci],
         "kernel": snap.kernel.model_dump(mode="json"),
+        "daemons": snap.daemons.model_dump(mode="json"),
         "probes": [p.model_dump(mode="json") for p in snap.probes],
         "read_errors": [e.model_dump(mode="json") for e in snap.read_errors],
     }
@@ -121,6 +122,16 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
         out.append(f"kernel log {k.source}: {k.records} records, {len(k.events)} recent events ({', '.join(sorted({f'{e.kind} {e.code}' for e in k.events})) or 'none'})")
     elif k.asked:
         out.append(f"kernel log unreadable: {_s(k.error)}")
+    d = snap.daemons
+    if d.asked:
+        seen = "the whole process table" if d.complete else "a partial process table (absence says nothing)"
+        out.append(f"fabric daemons {', '.join(d.running) or 'none'} ({seen})")
+    for ng in snap.nvml.gpus:
+        if ng.fabric_state in (None, "not_supported"):
+            continue
+        ident = f"{ng.fabric_cluster_uuid}.{ng.fabric_clique_id}" if ng.fabric_cluster_uuid is not None else "-"
+        health = ng.fabric_health.summary if ng.fabric_health is not None and ng.fabric_health.summary else "-"
+        out.append(f"fabric gpu{ng.index} {ng.fabric_state}/{_s(ng.fabric_status)} domain {ident} health {health}")
     out.append("")
     hca_names = [h.name for h in snap.hcas]
     rows = [["GPU", "BUS ID", "NUMA", "NAME", *hca_names]]

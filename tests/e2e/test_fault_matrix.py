@@ -89,11 +89,6 @@ ROCE0 = {"netdev": "ens1np0", "priority": "3"}
 PROFILE_CONFIG = {"gb200-nvl": "\n[fabric]\nimex = true\n"}
 
 
-def _finding(code: str, severity: str, subject: str) -> Area:
-    """For kinds without an area metric of their own: the finding's series stands in."""
-    return lambda m, b: finding_series(code, severity, subject) in m
-
-
 @dataclass(frozen=True)
 class Case:
     area: tuple[str, Area]  # (what the metric shows, predicate)
@@ -162,12 +157,14 @@ CASES: dict[str, Case] = {
     # issue 16: the NVLink fabric (gb200-nvl unless said; fm_down on h100-ib)
     "fabric_status": Case(("gpu_fabric_info{completed,Insufficient Resources} 1", _eq("agentd_gpu_fabric_info", 1, gpu="1", state="completed", status="Insufficient Resources"))),
     "fabric_unassigned": Case(("nvlink_domain_info{health=unhealthy} 1", _eq("agentd_nvlink_domain_info", 1, health="unhealthy"))),
-    "fabric_health": Case(("nvlink_domain_info{health=unhealthy} 1", _eq("agentd_nvlink_domain_info", 1, health="unhealthy"))),
-    "fabric_domain_split": Case(("nvlink_domain_info{health=unhealthy} 1", _eq("agentd_nvlink_domain_info", 1, health="unhealthy"))),
-    "nvlink_slow": Case(("finding series", _finding("nvlink.link.slow", "warning", "gpu0:link5")), note="a warning: the domain's other links are at full speed"),
-    "c2c_down": Case(("finding series", _finding("nvlink.c2c.down", "critical", "gpu1"))),
-    "fm_down": Case(("finding series", _finding("fabric.manager.down", "critical", "node"))),
-    "imex_down": Case(("finding series", _finding("fabric.imex.down", "critical", "node")), note="[fabric] imex = true on this daemon"),
+    "fabric_health": Case(("gpu_fabric_health_condition{gpu2,route_unhealthy} 1", _eq("agentd_gpu_fabric_health_condition", 1, gpu="2", condition="route_unhealthy")),
+                          note="agentd_nvlink_domain_info{health=unhealthy} too"),
+    "fabric_domain_split": Case(("gpu_fabric_domain_info{gpu3,clique 32767} 1", _eq("agentd_gpu_fabric_domain_info", 1, gpu="3", clique_id="32767")),
+                                note="the GPUs disagree: no agentd_nvlink_domain_info, no nvlink-domain label"),
+    "nvlink_slow": Case(("nvlink_links_slow{gpu0} 1", _eq("agentd_nvlink_links_slow", 1, gpu="0")), note="a warning: the domain's other links are at full speed"),
+    "c2c_down": Case(("gpu_c2c_link_up{gpu1,link0} 0", _eq("agentd_gpu_c2c_link_up", 0, gpu="1", link="0"))),
+    "fm_down": Case(("fabric_daemon_up{nv-fabricmanager} 0", _eq("agentd_fabric_daemon_up", 0, daemon="nv-fabricmanager"))),
+    "imex_down": Case(("fabric_daemon_up{nvidia-imex} 0", _eq("agentd_fabric_daemon_up", 0, daemon="nvidia-imex")), note="[fabric] imex = true on this daemon"),
 }
 # Rows beside one per kind: an application XID must leave the node ok (issue 14).
 APP_XID = "xid=13"
