@@ -11,7 +11,7 @@ unless configured.
 from __future__ import annotations
 
 from agentd.config import FabricSettings
-from agentd.model import NodeSnapshot
+from agentd.model import NodeSnapshot, NvmlGpu
 
 FABRIC_MANAGER = "nv-fabricmanager"
 IMEX = "nvidia-imex"
@@ -46,3 +46,22 @@ def expects_fabric_manager(snap: NodeSnapshot, settings: FabricSettings) -> bool
     if settings.fabric_manager != "auto":
         return settings.fabric_manager == "required"
     return bool(local_nvswitches(snap))
+
+
+def zero_uuid(uuid: str | None) -> bool:
+    """None, empty, or all zeros (``00000000-0000-0000-0000-000000000000``): no cluster."""
+    return not uuid or not uuid.replace("-", "").strip("0")
+
+
+def registered(g: NvmlGpu) -> bool:
+    """The GPU's fabric registration completed with success (a completed state without a
+    status, as a recording may hold, reads as success, as nvlink.fabric.incomplete reads it)."""
+    return g.fabric_state == "completed" and (g.fabric_status is None or g.fabric_status.lower() == "success")
+
+
+def domain_of(g: NvmlGpu) -> tuple[str, int] | None:
+    """The multi-node NVLink domain the fabric put the GPU in, (cluster UUID lowercase,
+    clique id); None when registration has not succeeded or the identity is zero."""
+    if not registered(g) or zero_uuid(g.fabric_cluster_uuid) or not g.fabric_clique_id:
+        return None
+    return str(g.fabric_cluster_uuid).lower(), g.fabric_clique_id

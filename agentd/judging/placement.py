@@ -31,13 +31,12 @@ from typing import Iterable, Literal, Sequence, cast
 
 from agentd.base.ids import natural_key
 from agentd.config import FabricSettings
-from agentd.judging.fabric_role import expects_multi_node
+from agentd.judging.fabric_role import domain_of, expects_multi_node
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, Hca, IbPort, NodeSnapshot, NvmlGpu, PathName, PathType, Record, counted
+from agentd.model import Finding, Hca, IbPort, NodeSnapshot, PathName, PathType, Record, counted
 
 DomainHealth = Literal["ok", "degraded", "unhealthy"]
 DOMAIN_FINDING_PREFIXES = ("nvlink.fabric.", "nvlink.domain.", "fabric.")
-ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 RAIL_HASH_CHARS = 12
 
 
@@ -114,16 +113,6 @@ def rail_hash(rail_list: Iterable[Rail]) -> str | None:
     return hashlib.sha256(b"".join(lines)).hexdigest()[:RAIL_HASH_CHARS]
 
 
-def _identity(g: NvmlGpu) -> tuple[str, int] | None:
-    """(cluster UUID, clique id) of a GPU the fabric placed in a domain, else None."""
-    if g.fabric_state != "completed" or (g.fabric_status or "").lower() != "success":
-        return None
-    uuid = (g.fabric_cluster_uuid or "").lower()
-    if not uuid or uuid == ZERO_UUID or not g.fabric_clique_id:
-        return None
-    return uuid, g.fabric_clique_id
-
-
 def domain_health(findings: Sequence[Finding]) -> DomainHealth:
     severities = {f.severity for f in counted(findings) if f.code.startswith(DOMAIN_FINDING_PREFIXES)}
     if "critical" in severities:
@@ -132,7 +121,7 @@ def domain_health(findings: Sequence[Finding]) -> DomainHealth:
 
 
 def nvlink_domain(snapshot: NodeSnapshot, findings: Sequence[Finding]) -> NvlinkDomain | None:
-    ids = [i for i in (_identity(g) for g in snapshot.nvml.gpus) if i is not None]
+    ids = [i for i in (domain_of(g) for g in snapshot.nvml.gpus) if i is not None]
     if not ids or len(set(ids)) != 1:
         return None
     uuid, clique = ids[0]

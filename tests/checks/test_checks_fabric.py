@@ -124,6 +124,16 @@ def test_degraded(health, reason):
     assert f.severity == "warning" and reason in f.message
 
 
+def test_a_board_without_a_global_fabric_manager_is_not_degraded():
+    # The global fabric manager belongs to NVL racks: an HGX board reporting it disconnected
+    # is no fault of the board's; other conditions still count there.
+    s = with_nvml_gpu(hgx(), 1, fabric_health=HEALTHY.model_copy(update={"gfm_connected": False}))
+    assert only(check_fabric(inp(s)), "nvlink.fabric.degraded") == []
+    s = with_nvml_gpu(hgx(), 1, fabric_health=HEALTHY.model_copy(update={"gfm_connected": False, "degraded_bandwidth": True}))
+    f = one(check_fabric(inp(s)), "nvlink.fabric.degraded", "gpu1")
+    assert "global fabric manager" not in f.message and "bandwidth degraded" in f.message
+
+
 def test_health_not_reported_is_not_judged():
     s = with_nvml_gpu(gb200(), 1, fabric_health=FabricHealth())
     assert check_fabric(inp(s)) == []

@@ -7,7 +7,8 @@
 - ``nvlink.fabric.unhealthy`` (critical, gpuN): health summary unhealthy, a route is
   unhealthy, or the fabric says the configuration is incorrect.
 - ``nvlink.fabric.degraded`` (warning, gpuN): degraded bandwidth, limited capacity, a route
-  or access-timeout recovery in progress, or the global fabric manager is not connected.
+  or access-timeout recovery in progress, or (in a multi-node domain) the global fabric
+  manager is not connected.
   Not raised for a GPU that is unhealthy: that finding's message lists these too.
 - ``nvlink.domain.split`` (critical, node): GPUs whose registration completed with a
   non-zero identity disagree on (cluster UUID, clique id).
@@ -31,9 +32,11 @@ from agentd.judging.checks.common import CheckInput
 from agentd.judging.fabric_role import (
     FABRIC_MANAGER,
     IMEX,
+    domain_of,
     expects_fabric_manager,
     expects_multi_node,
     local_nvswitches,
+    registered,
 )
 from agentd.judging.findings import NODE, finding, gpu_subject, nvlink_subject
 from agentd.model import FabricHealth, Finding, NodeSnapshot, NvmlGpu
@@ -44,23 +47,6 @@ _FABRIC_HINT = ("`nvidia-smi -q -i {i}` (its Fabric block: State, Status, Clique
                 "then reset the GPU or reboot the tray")
 
 
-def zero_uuid(uuid: str | None) -> bool:
-    """None, empty, or all zeros (``00000000-0000-0000-0000-000000000000``)."""
-    return not uuid or not uuid.replace("-", "").strip("0")
-
-
-def _registered(g: NvmlGpu) -> bool:
-    """Registration completed with success (status None: not reported, as nvlink.py reads it)."""
-    return g.fabric_state == "completed" and (g.fabric_status is None or g.fabric_status.lower() == "success")
-
-
-def domain_id(g: NvmlGpu) -> tuple[str, int] | None:
-    """The GPU's multi-node NVLink domain (cluster UUID, clique id), or None when it has none."""
-    if not _registered(g) or zero_uuid(g.fabric_cluster_uuid) or not g.fabric_clique_id:
-        return None
-    return (str(g.fabric_cluster_uuid), g.fabric_clique_id)
-
-
 def _judged_gpus(snap: NodeSnapshot) -> list[NvmlGpu]:
     if not snap.nvml.available:
         return []
@@ -68,7 +54,7 @@ def _judged_gpus(snap: NodeSnapshot) -> list[NvmlGpu]:
 
 
 def _unassigned(g: NvmlGpu, settings: FabricSettings) -> Finding | None:
-    if not _registered(g) or domain_id(g) is not None:
+    if not registered(g) or domain_of(g) is not None:
         return None
     clique = "unreported" if g.fabric_clique_id is None else str(g.fabric_clique_id)
     uuid = g.fabric_cluster_uuid or "unreported"
@@ -93,7 +79,7 @@ def _unhealthy_reasons(h: FabricHealth) -> list[str]:
     return out
 
 
-def _degraded_reasons(h: FabricHealth) -> list[str]:
+def _degraded_reasons(h: FabricHealth, multi_node: bool) -> list[str]:
     out = []
     if h.summary == "limited_capacity":
         out.append("health summary limited capacity")
@@ -103,16 +89,18 @@ def _degraded_reasons(h: FabricHealth) -> list[str]:
         out.append("route recovery in progress")
     if h.access_timeout_recovery is True:
         out.append("access timeout recovery in progress")
-    if h.gfm_connected is False:
+    # The global fabric manager runs on the NVL rack's switch trays: its connection means
+    # something only in a multi-node domain (a board may well report none).
+    if h.gfm_connected is False and multi_node:
         out.append("global fabric manager not connected")
     return out
 
 
-def _health(g: NvmlGpu) -> Finding | None:
+def _health(g: NvmlGpu, multi_node: bool) -> Finding | None:
     h = g.fabric_health
     if h is None:
         return None
-    bad, degraded = _unhealthy_reasons(h), _degraded_reasons(h)
+    bad, degraded = _unhealthy_reasons(h), _degraded_reasons(h, multi_node)
     subject = gpu_subject(g.index, g.pci_bus_id)
     if bad:
         also = f"; also {', '.join(degraded)}" if degraded else ""
@@ -135,7 +123,7 @@ def _health(g: NvmlGpu) -> Finding | None:
 def _split(gpus: list[NvmlGpu]) -> Finding | None:
     groups: dict[tuple[str, int], list[int]] = {}
     for g in gpus:
-        ident = domain_id(g)
+        ident = domain_of(g)
         if ident is not None:
             groups.setdefault(ident, []).append(g.index)
     if len(groups) < 2:
@@ -223,7 +211,7 @@ def check_fabric(inp: CheckInput) -> list[Finding]:
     for g in gpus:
         if multi_node and (f := _unassigned(g, settings)) is not None:
             out.append(f)
-        if (f := _health(g)) is not None:
+        if (f := _health(g, multi_node)) is not None:
             out.append(f)
         if (f := _c2c(g)) is not None:
             out.append(f)
