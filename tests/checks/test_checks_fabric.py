@@ -3,8 +3,11 @@ nvlink.c2c.down, fabric.manager.down, fabric.imex.down (agentd.judging.checks.fa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from agentd.host.smi_fabric import apply_smi_fabric, parse_smi_fabric
 from agentd.judging.checks import run_checks
 from agentd.judging.checks.fabric import check_fabric
 from agentd.model import (
@@ -238,3 +241,48 @@ def test_every_code_is_documented():
     documented = set(re.findall(r"^\| `([a-z0-9_.]+)` \|", doc, re.M))
     assert {"nvlink.fabric.unassigned", "nvlink.fabric.unhealthy", "nvlink.fabric.degraded", "nvlink.domain.split",
             "nvlink.link.slow", "nvlink.c2c.down", "fabric.manager.down", "fabric.imex.down"} <= documented
+
+
+# ---------------------------------------------------------------------------
+# judged from real recorded text: the Fabric blocks of published `nvidia-smi -q` outputs
+# (tests/fixtures/SOURCES.md), put on the GPUs of a node in order, through every check
+
+OUTPUTS = Path(__file__).resolve().parents[1] / "fixtures" / "outputs"
+
+
+def _from_text(s: NodeSnapshot, name: str, *, every_gpu: bool = False) -> NodeSnapshot:
+    blocks = list(parse_smi_fabric((OUTPUTS / name).read_bytes()).values())
+    gpus = s.nvml.gpus
+    by_bus = {g.pci_bus_id: blocks[0 if every_gpu else i] for i, g in enumerate(gpus) if every_gpu or i < len(blocks)}
+    return s.model_copy(update={"nvml": apply_smi_fabric(s.nvml, by_bus)})
+
+
+def _fabric_codes(s: NodeSnapshot) -> set[tuple[str, str, str]]:
+    return {(f.code, f.severity, f.subject) for f in run_checks(inp(s)) if f.code.startswith(("nvlink.", "fabric."))}
+
+
+def test_real_h100_535_output_on_an_hgx_board_is_healthy():
+    s = _from_text(hgx(), "nvidia-smi-q.h100-sxm-8gpu.535.161.08.txt")
+    assert {g.fabric_state for g in s.nvml.gpus} == {"completed"} and len(s.nvml.gpus) == 8
+    assert _fabric_codes(s) == set()
+
+
+def test_real_gb200_unhealthy_summary_is_critical_with_full_bandwidth():
+    # kubernetes-sigs/dra-driver-nvidia-gpu#626: Completed/Success, clique 2, Summary Unhealthy, Bandwidth Full
+    s = _from_text(gb200(), "nvidia-smi-q-fabric.gb200-unhealthy.grep-c3.txt", every_gpu=True)
+    assert _fabric_codes(s) == {("nvlink.fabric.unhealthy", "critical", f"gpu{i}") for i in range(4)}
+    f = one(run_checks(inp(s)), "nvlink.fabric.unhealthy", "gpu0")
+    assert "health summary unhealthy" in f.message and "bandwidth" not in f.message
+
+
+def test_real_insufficient_resources_with_zero_identity_is_incomplete_not_unassigned():
+    # Azure/azhpc-images#506: Completed, Insufficient Resources, clique 0, all-zero UUID
+    s = _from_text(gb200(), "nvidia-smi-q-fabric.insufficient-resources.txt", every_gpu=True)
+    assert _fabric_codes(s) == {("nvlink.fabric.incomplete", "critical", f"gpu{i}") for i in range(4)}
+    assert "Insufficient Resources" in one(run_checks(inp(s)), "nvlink.fabric.incomplete", "gpu2").message
+
+
+def test_real_in_progress_block_is_incomplete_and_its_na_health_is_not_judged():
+    # NVIDIA/gpu-operator#2511: In Progress, every other row N/A
+    s = _from_text(gb200(), "nvidia-smi-q-fabric.in-progress-na.txt", every_gpu=True)
+    assert _fabric_codes(s) == {("nvlink.fabric.incomplete", "critical", f"gpu{i}") for i in range(4)}
