@@ -403,8 +403,8 @@ class Gpu(Record):
 class FabricDaemons(Record):
     """Fabric daemons seen in the node's process table (ROOT/proc/<pid>/comm).
 
-    ``complete`` says the table is the node's whole one (PID 1 is visible: the host's PID
-    namespace, or a container's /host/proc), so a daemon missing from ``running`` is not
+    ``complete`` says the table is the node's whole one (kthreadd is PID 2: the host's PID
+    namespace, or its /proc at a container's /host/proc), so a daemon missing from ``running`` is not
     running; otherwise (a container with its own PID namespace, a recording without the
     process table) absence means nothing."""
 
