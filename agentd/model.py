@@ -310,7 +310,8 @@ class NvLink(Record):
     remote_pci_bus_id: str | None = None
     remote_type: Literal["gpu", "nvswitch", "cpu", "unknown"] | None = None
     version: int | None = None
-    # crc_flit, crc_data, replay, recovery (NVML nvlink error counters)
+    # crc_flit, crc_data, replay, recovery (NVML nvlink error counters); effective, symbol
+    # (per-link field values, Blackwell and later; absent where the GPU does not keep them)
     errors: dict[str, int] = Field(default_factory=dict)
     # The link's current speed in MB/s (NVML field NVML_FI_DEV_NVLINK_GET_SPEED, scope the
     # link; `nvidia-smi nvlink -s` prints it /1000 as GB/s: 26562 on H100, 53125 on GB200).

@@ -232,6 +232,24 @@ def test_link_speeds_in_one_call_per_gpu(monkeypatch):
     assert all(link.speed_mb_s is None for link in g1.nvlinks)  # NOT_SUPPORTED per field
 
 
+EFFECTIVE, SYMBOL = pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS, pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS
+
+
+def test_per_link_error_counters_join_the_links_errors_in_the_same_call(monkeypatch):
+    answers = {(0, SPEED, 0): 53125, (0, EFFECTIVE, 0): 7, (0, SYMBOL, 0): 1200, (0, SYMBOL, 5): 3}
+    nv, calls = with_fields(fake_pynvml(), answers)
+    for name in ("NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"):
+        setattr(nv, name, getattr(pynvml, name))
+    info, _ = read(monkeypatch, nv)
+    g0 = info.gpus[0]
+    by_link = {link.link: link for link in g0.nvlinks}
+    assert by_link[0].speed_mb_s == 53125 and by_link[0].errors["effective"] == 7 and by_link[0].errors["symbol"] == 1200
+    assert by_link[5].errors["symbol"] == 3 and by_link[5].speed_mb_s is None  # a down link's counter is read, its speed not
+    assert "effective" not in by_link[1].errors  # not supported: left out, never 0
+    gpu0_calls = [pairs for gpu, pairs in calls if gpu == 0 and any(f in (SPEED, EFFECTIVE, SYMBOL) for f, _ in pairs)]
+    assert len(gpu0_calls) == 1  # speeds and counters in one call
+
+
 def test_c2c_links_only_where_a_count_is_answered(monkeypatch):
     answers = {(0, C2C_COUNT, 0): 2, (0, C2C_STATUS, 0): 1, (0, C2C_BW, 0): 450000, (0, C2C_STATUS, 1): 0, (1, C2C_COUNT, 0): 0}
     nv, calls = with_fields(fake_pynvml(), answers)

@@ -38,6 +38,11 @@ _ERROR_COUNTERS = (
     ("replay", "NVML_NVLINK_ERROR_DL_REPLAY", 0),
     ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY", 1),
 )
+# Per-link error counters read as field values (NvLink.errors keys): Blackwell and later.
+_LINK_ERROR_FIELDS = (
+    ("effective", "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"),
+    ("symbol", "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS"),
+)
 _REMOTE_TYPES = {0: "gpu", 1: "cpu", 2: "nvswitch"}  # NVML_NVLINK_DEVICE_TYPE_{GPU,IBMNPU,SWITCH}
 # nvmlDeviceGetNvLinkVersion answers an nvmlNvlinkVersion_t enum, not the generation
 # (A100 answers 5 = NVML_NVLINK_VERSION_3_1, H100 6 = 4_0); NvLink.version is the generation.
@@ -287,16 +292,44 @@ class _Live:
             return None
         return out if len(out) == len(wanted) else None
 
-    def link_speeds(self, h: Any, links: list[int]) -> dict[int, int]:
-        """Current speed (MB/s) of each link (NVML_FI_DEV_NVLINK_GET_SPEED, scope the
-        link), all of the GPU's links in one call; {} when unsupported."""
+    def link_fields(self, h: Any, links: list[NvLink]) -> list[NvLink]:
+        """Field values of the GPU's links, all in one call: the current speed (MB/s,
+        NVML_FI_DEV_NVLINK_GET_SPEED) of each active link, and the error counters newer
+        GPUs keep per link (NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS and _SYMBOL_ERRORS,
+        into ``errors`` as ``effective`` and ``symbol``; the BER fields are not read). A
+        field the GPU does not support is left out; the links unchanged when the call is."""
+        wanted: list[tuple[int, int]] = []
+        keys: list[tuple[int, str]] = []
         fid = getattr(self.nv, "NVML_FI_DEV_NVLINK_GET_SPEED", None)
-        if fid is None or not links:
-            return {}
-        values = self.field_values(h, [(int(fid), n) for n in links])
+        if fid is not None:
+            for link in links:
+                if link.state == "up":
+                    wanted.append((int(fid), link.link))
+                    keys.append((link.link, "speed"))
+        for key, const in _LINK_ERROR_FIELDS:
+            eid = getattr(self.nv, const, None)
+            if eid is not None:
+                for link in links:
+                    wanted.append((int(eid), link.link))
+                    keys.append((link.link, key))
+        values = self.field_values(h, wanted)
         if values is None:
-            return {}
-        return {n: v for n, v in zip(links, values) if v is not None and v > 0}
+            return links
+        speeds: dict[int, int] = {}
+        errors: dict[int, dict[str, int]] = {}
+        for (n, key), v in zip(keys, values, strict=True):
+            if v is None:
+                continue
+            if key == "speed":
+                if v > 0:  # 0: not reported
+                    speeds[n] = v
+            else:
+                errors.setdefault(n, {})[key] = v
+        return [
+            link.model_copy(update={"speed_mb_s": speeds.get(link.link), "errors": {**link.errors, **errors.get(link.link, {})}})
+            if link.link in speeds or link.link in errors else link
+            for link in links
+        ]
 
     def c2c_links(self, h: Any) -> tuple[C2cLink, ...]:
         """NVLink-C2C links (Grace systems): the count, then each link's status and max
@@ -346,8 +379,7 @@ class _Live:
             fields["uuid"] = None if uuid is None else _text(uuid)
             max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
             links = [link for link in (self.link(h, n, i) for n in range(max_links)) if link is not None]
-            speeds = self.link_speeds(h, [link.link for link in links if link.state == "up"])
-            fields["nvlinks"] = tuple(link.model_copy(update={"speed_mb_s": speeds[link.link]}) if link.link in speeds else link for link in links)
+            fields["nvlinks"] = tuple(self.link_fields(h, links))
             fields.update(self.fabric(h))
             fields["c2c_links"] = self.c2c_links(h)
             if hasattr(nv, "nvmlDeviceGetPcieReplayCounter"):
