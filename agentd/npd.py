@@ -46,8 +46,6 @@ CONCERN_PROBES: dict[str, tuple[str, ...]] = {
     "pcie": ("pci",),
     "net": ("ib", "netdev"),
 }
-# NPD's own default plugin timeout is 5 s: answer before it kills us
-DEFAULT_TIMEOUT_S = 4.0
 
 
 @dataclass(frozen=True)

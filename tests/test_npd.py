@@ -132,7 +132,6 @@ def test_unknown_concern_is_refused_by_the_parser(healthy):
 
 def test_cli_concerns_are_the_mappings():
     assert tuple(npd.CONCERNS) == cli.NPD_CONCERNS == tuple(npd.CONCERN_PROBES)
-    assert npd.DEFAULT_TIMEOUT_S == cli.NPD_TIMEOUT_S
 
 
 @pytest.mark.parametrize("code,concern", [

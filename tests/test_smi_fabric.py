@@ -1,13 +1,13 @@
-"""``nvidia-smi -q`` Fabric blocks (agentd.host.smi_fabric) on real published text
+"""``nvidia-smi -q`` Fabric blocks (tests/support/smi_fabric.py) on real published text
 (tests/fixtures/SOURCES.md), in the NVML reader's vocabulary."""
 
 from __future__ import annotations
 
 import re
 
-from agentd.host.smi_fabric import ParsedFabric, apply_smi_fabric, parse_smi_fabric
 from agentd.model import FabricHealth, NvmlGpu, NvmlInfo
 from tests.support.fixtures import OUTPUTS
+from tests.support.smi_fabric import ParsedFabric, apply_smi_fabric, parse_smi_fabric
 
 H100_Q = OUTPUTS / "nvidia-smi-q.h100-sxm-8gpu.535.161.08.txt"
 GB200_GREP = OUTPUTS / "nvidia-smi-q-fabric.gb200-unhealthy.grep-c3.txt"

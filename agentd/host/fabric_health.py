@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import Literal, get_args
+from typing import Literal
 
 from agentd.model import FabricHealth, IncorrectConfiguration
 
@@ -34,7 +34,6 @@ _CONFIGURATIONS: dict[int, IncorrectConfiguration] = {
     7: "invalid_location",
     8: "gpu_state_invalid",
 }
-CONFIGURATION_NAMES: tuple[str, ...] = get_args(IncorrectConfiguration)
 # NVML_GPU_FABRIC_HEALTH_SUMMARY_*: 0 is NOT_SUPPORTED.
 _SUMMARIES: dict[int, Literal["healthy", "unhealthy", "limited_capacity"]] = {1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
 
@@ -79,15 +78,3 @@ def format_cluster_uuid(raw: bytes | Iterable[int]) -> str | None:
     if len(data) != 16:
         return None
     return str(uuid.UUID(bytes=data))
-
-
-def normalize_cluster_uuid(text: str) -> str | None:
-    """A printed cluster UUID (``nvidia-smi -q``'s ClusterUUID) in the same form as
-    ``format_cluster_uuid``; None when it is not one (``N/A``)."""
-    t = text.strip()
-    if len(t) != 36 or t.count("-") != 4:
-        return None
-    try:
-        return str(uuid.UUID(t))
-    except ValueError:
-        return None

@@ -3,11 +3,8 @@ nvlink.c2c.down, fabric.manager.down, fabric.imex.down (agentd.judging.checks.fa
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from agentd.host.smi_fabric import apply_smi_fabric, parse_smi_fabric
 from agentd.judging.checks import run_checks
 from agentd.judging.checks.fabric import check_fabric
 from agentd.model import (
@@ -21,6 +18,8 @@ from agentd.model import (
     PciDevice,
 )
 from tests.support.check_snapshots import cfg, inp, node, one, only, problems, with_nvlink, with_nvml_gpu
+from tests.support.fixtures import OUTPUTS
+from tests.support.smi_fabric import apply_smi_fabric, parse_smi_fabric
 
 UUID = "6d7d5c0a-1b2c-4d3e-8f40-1234567890ab"
 ZERO = "00000000-0000-0000-0000-000000000000"
@@ -246,9 +245,6 @@ def test_every_code_is_documented():
 # ---------------------------------------------------------------------------
 # judged from real recorded text: the Fabric blocks of published `nvidia-smi -q` outputs
 # (tests/fixtures/SOURCES.md), put on the GPUs of a node in order, through every check
-
-OUTPUTS = Path(__file__).resolve().parents[1] / "fixtures" / "outputs"
-
 
 def _from_text(s: NodeSnapshot, name: str, *, every_gpu: bool = False) -> NodeSnapshot:
     blocks = list(parse_smi_fabric((OUTPUTS / name).read_bytes()).values())

@@ -1,9 +1,10 @@
-"""The ``Fabric`` blocks of ``nvidia-smi -q`` text, in the NVML reader's vocabulary.
+"""The ``Fabric`` blocks of ``nvidia-smi -q`` text, in the NVML reader's vocabulary (tests).
 
 What users paste into bug reports and what vendors publish is ``nvidia-smi -q`` text, not
 NVML structs; this parser turns those blocks into the same values the live reader
-(agentd.host.nvml) puts on an NvmlGpu, so the checks can be judged on real recorded text
-(``apply_smi_fabric``). Pure: no I/O.
+(agentd.host.nvml) puts on an NvmlGpu, so the checks are judged on real recorded text
+(``apply_smi_fabric``). agentd itself never reads this text (it asks NVML), so the parser
+lives with the tests. Pure: no I/O.
 
 Layout (driver 535 prints State/Status only; 550+ add CliqueId, ClusterUUID and Health)::
 
@@ -26,13 +27,28 @@ CRLF line ends, bytes that are not UTF-8.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from agentd.base.ids import normalize_bdf
-from agentd.host.fabric_health import CONFIGURATION_NAMES, normalize_cluster_uuid
-from agentd.model import FabricHealth, NvmlInfo
+from agentd.model import FabricHealth, IncorrectConfiguration, NvmlInfo
+
+CONFIGURATION_NAMES: tuple[str, ...] = get_args(IncorrectConfiguration)
+
+
+def normalize_cluster_uuid(text: str) -> str | None:
+    """A printed cluster UUID in the form the NVML reader gives (lowercase 8-4-4-4-12);
+    None when it is not one (``N/A``)."""
+    t = text.strip()
+    if len(t) != 36 or t.count("-") != 4:
+        return None
+    try:
+        return str(uuid.UUID(t))
+    except ValueError:
+        return None
+
 
 FabricState = Literal["not_supported", "not_started", "in_progress", "completed"]
 
