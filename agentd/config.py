@@ -34,6 +34,10 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
+# Fields of the node's fingerprint that [expect] versions may pin (agentd.judging.fingerprint).
+VERSION_FIELDS = ("hca_fw", "mlx5_core", "rdma_core", "nvidia_driver", "vbios", "kernel")
+
+
 class Expectations(Section):
     """What the node should have. Unset values are inferred (see README, 'Expectations')."""
 
@@ -48,6 +52,21 @@ class Expectations(Section):
         None,
         description="Worst acceptable path from each GPU to its nearest compute NIC; unset: SYS is a warning only when the node has a closer layout for other GPUs.",
     )
+    versions: dict[str, str] = Field(
+        default_factory=dict,
+        description="Software and firmware versions the node must run: field -> '>=VERSION' (minimum) or 'VERSION' / '==VERSION' (exact). Fields: hca_fw, mlx5_core, rdma_core, nvidia_driver, vbios, kernel. A node that differs gets version.below_minimum or version.mismatch (warnings).",
+    )
+
+    @field_validator("versions")
+    @classmethod
+    def _version_fields(cls, v: dict[str, str]) -> dict[str, str]:
+        for field, spec in v.items():
+            if field not in VERSION_FIELDS:
+                raise ValueError(f"unknown version field {field!r}; one of {', '.join(VERSION_FIELDS)}")
+            wanted = spec.strip().removeprefix(">=").removeprefix("==").strip()
+            if not wanted or any(c.isspace() for c in wanted):
+                raise ValueError(f"{field}: {spec!r} is not '>=VERSION', '==VERSION' or 'VERSION'")
+        return v
 
 
 class FabricSettings(Section):
@@ -141,6 +160,7 @@ class Thresholds(Section):
     pcie_retrain_window_s: float = Field(600.0, gt=0, le=86400, description="Window within which a change of an HCA's or bridge's current PCIe link speed/width is reported as pcie.link.retrained (the warning clears this long after the link is stable).")
     history_size: int = Field(720, ge=2, le=100000, description="Snapshots kept in memory for rates and flap detection.")
     rate_window_s: float = Field(600.0, gt=0, le=86400, description="Window over which IB and NVLink error counter rates are measured (the oldest snapshot inside it is the reference).")
+    roce_lossy_min_bytes_per_s: float = Field(125e6, ge=0, description="RDMA transmit rate of a RoCE port (bytes/s, over short_rate_window_s) above which agentd checks which priority carries it: roce.qos.lossy_traffic when most of it is counted on priorities without PFC.")
     short_rate_window_s: float = Field(60.0, gt=0, le=86400, description="Window for PFC pause-storm and CNP rates, so a storm clears within about this long after it stops.")
 
 

@@ -179,6 +179,15 @@ class Gid(Record):
     netdev: str | None = None
 
 
+class TclassOverride(Record):
+    """mlx5's driver-global traffic class (MLNX_OFED/DOCA kernel modules):
+    ``/sys/class/infiniband/<dev>/tc/<port>/traffic_class``. When set, the kernel puts it in
+    every RoCE QP of the port, whatever the application asked for (NCCL_IB_TC included)."""
+
+    global_tclass: int | None = None  # "Global tclass=N" (0-255); None: no global value
+    rules: tuple[str, ...] = ()  # per-address rules as printed ("dst_ip=10.0.0.0/24,tclass=106")
+
+
 class IbPort(Record):
     port: int
     state: str | None = None  # "ACTIVE", "DOWN", "INIT", "ARMED", ...
@@ -196,6 +205,8 @@ class IbPort(Record):
     counters: dict[str, int] = Field(default_factory=dict)  # counters/ (+ counters_ext/)
     hw_counters: dict[str, int] = Field(default_factory=dict)  # mlx5 hw_counters/
     netdev: str | None = None  # the netdev of this port (RoCE: via gid ndevs / device net/)
+    sm_sl: int | None = None  # ports/<n>/sm_sl: the SL the subnet manager uses (IB)
+    tclass: TclassOverride | None = None  # None: no tc/<port>/traffic_class (inbox driver) or unread
 
     @property
     def is_active(self) -> bool:
@@ -231,6 +242,9 @@ class PfcConfig(Record):
     enabled: tuple[int, ...] = ()  # priorities with PFC on
     trust: str | None = None  # "pcp" | "dscp"
     source: str = ""  # "dcbnl" | "mlnx_qos"
+    # DSCP (0-63) -> priority (0-7): the DCB APP table's DSCP entries (dcbnl) or mlnx_qos'
+    # "dscp2prio mapping"; empty when not reported.
+    dscp2prio: dict[int, int] = Field(default_factory=dict)
 
 
 class Netdev(Record):
@@ -375,6 +389,7 @@ class NvmlGpu(Record):
     c2c_links: tuple[C2cLink, ...] = ()  # Grace systems only
     # nvmlDeviceGetPcieReplayCounter: PCIe replays (link-level retransmissions) since boot
     pcie_replay_errors: int | None = None
+    vbios_version: str | None = None  # nvmlDeviceGetVbiosVersion: "96.00.74.00.0D"
     error: str | None = None  # per-GPU NVML error (e.g. GPU lost: "GPU is lost")
 
 
@@ -457,6 +472,28 @@ class KernelLog(Record):
 # The snapshot
 
 
+class NcclConf(Record):
+    """The node's ``/etc/nccl.conf`` as NCCL reads it: ``KEY=VALUE`` lines, ``#`` comments.
+    NCCL applies it to every job on the node; a job's environment (agentd's env file
+    included) wins over it."""
+
+    path: str  # relative to the host root: "etc/nccl.conf"
+    variables: dict[str, str] = Field(default_factory=dict)
+
+
+class SoftwareVersions(Record):
+    """Versions of the RDMA stack that sysfs and the library names tell (the NVIDIA driver,
+    kernel release and VBIOS are in GdrInfo and NvmlGpu; HCA firmware in Hca)."""
+
+    # /sys/module/mlx5_core/version: MLNX_OFED/DOCA-OFED modules ("5.8-4.1.5"); inbox
+    # drivers have no version file (None: the kernel's own driver, or mlx5_core not loaded).
+    mlx5_core: str | None = None
+    # rdma-core's version from libibverbs' file name, libibverbs.so.1.14.<version>
+    # ("50.0"); the library path it came from, relative to the host root.
+    rdma_core: str | None = None
+    rdma_core_library: str | None = None
+
+
 class NodeSnapshot(Record):
     taken_at: float  # unix time the collection finished
     host_root: str
@@ -471,6 +508,8 @@ class NodeSnapshot(Record):
     nvml: NvmlInfo = NvmlInfo()
     kernel: KernelLog = KernelLog(asked=False)
     daemons: FabricDaemons = FabricDaemons()
+    nccl_conf: NcclConf | None = None  # None: no /etc/nccl.conf (or not read)
+    versions: SoftwareVersions = SoftwareVersions()
     probes: tuple[ProbeStatus, ...] = ()
     read_errors: tuple[ReadError, ...] = ()
 
