@@ -22,7 +22,9 @@ from agentd.judging.checks import (
     pcie,
     pcie_errors,
     probes,
+    qos,
     roce,
+    versions,
 )
 from agentd.judging.checks.common import CheckInput
 from agentd.judging.findings import check_subject, finding
@@ -48,12 +50,14 @@ CHECKS: tuple[Check, ...] = (
     pcie_errors.check_retrained,
     mtu.check_mtu,
     roce.check_roce,
+    qos.check_roce_qos,
     nvlink.check_nvml_blind,
     nvlink.check_nvlink,
     fabric.check_fabric,
     kernel.check_events,
     inventory.check_inventory,
     probes.check_probes,
+    versions.check_versions,
 )
 
 
