@@ -19,6 +19,7 @@ from agentd.judging.roles import HcaRoles
 from agentd.model import NodeSnapshot
 
 _TOKEN = re.compile(r"[0-9]+|[A-Za-z]+")
+_VBIOS = re.compile(r"[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f]{2}){4}")
 
 
 def _joined(values: list[str | None]) -> str | None:
@@ -55,8 +56,13 @@ def fabric_shape(snapshot: NodeSnapshot, roles: HcaRoles) -> dict[str, str | Non
 
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
     """Order versions token by token: numbers as numbers ("28.9" < "28.10"), letters
-    case-blind ("0D" is 0 then "d")."""
-    return tuple((0, int(t)) if t.isdigit() else (1, t.lower()) for t in _TOKEN.findall(version))
+    case-blind. An NVIDIA VBIOS version ("96.00.74.00.0D": five groups of two hex digits)
+    is read group by group as hex, so "...00.1A" > "...00.10" > "...00.0D" (token by token,
+    "1A" would be 1 then "a" and order below "10")."""
+    text = version.strip()
+    if _VBIOS.fullmatch(text):
+        return tuple((0, int(group, 16)) for group in text.split("."))
+    return tuple((0, int(t)) if t.isdigit() else (1, t.lower()) for t in _TOKEN.findall(text))
 
 
 def expectation_miss(have: str | None, spec: str) -> tuple[str, str] | None:
