@@ -55,24 +55,30 @@ def _tc_for(c: RoceChain, dscp: int) -> int:
 
 
 def _move_to(c: RoceChain, nd: Netdev, want: int) -> str:
-    """How to put the chain's traffic on priority ``want``: the link that decides it."""
+    """How to put the chain's traffic on priority ``want``: the link that decides it first."""
     if c.trust == "pcp":
         return (f"{nd.name} trusts pcp, so the priority is NCCL_IB_SL: set nccl.ib_sl = {want} (agentd's env file) "
                 f"or NCCL_IB_SL={want} where it is set now ({c.sl.source}); or trust the DSCP: "
                 f"`mlnx_qos -i {nd.name} --trust dscp`")
     dscp2prio = nd.pfc.dscp2prio if nd.pfc is not None else {}
+    clear = f"`echo -1 > {_tclass_path(c)}`"
+    steps = []
+    override_is_the_fault = (c.override is not None and c.nccl_tc is not None
+                             and dscp2prio.get(c.nccl_tc.value >> 2) == want)
+    if override_is_the_fault and c.nccl_tc is not None:
+        steps.append(f"the global tclass {c.override} overrides NCCL_IB_TC {c.nccl_tc.value}, "
+                     f"which maps to priority {want}: clear it with {clear}")
+    steps.append(("or " if steps else "") + f"map DSCP {c.dscp} to priority {want}: `mlnx_qos -i {nd.name} --dscp2prio set,{c.dscp},{want}`")
     good = sorted(d for d, p in dscp2prio.items() if p == want)
     dscp = PREFERRED_DSCP if PREFERRED_DSCP in good else (good[0] if good else None)
-    steps = [f"map DSCP {c.dscp} to priority {want}: `mlnx_qos -i {nd.name} --dscp2prio set,{c.dscp},{want}`"]
     if dscp is not None:
         tc = _tc_for(c, dscp)
         if c.override is not None:
             steps.append(f"or set the global tclass to {tc} (DSCP {dscp}): `echo {tc} > {_tclass_path(c)}`")
         else:
             steps.append(f"or mark DSCP {dscp}: nccl.ib_tc = {tc} (NCCL_IB_TC, now from {c.tc_source})")
-    if c.override is not None:
-        steps.append(f"the global tclass {c.override} overrides NCCL_IB_TC: clear it with `echo -1 > {_tclass_path(c)}` "
-                     "to let NCCL_IB_TC decide")
+    if c.override is not None and not override_is_the_fault:
+        steps.append(f"clearing the global tclass ({clear}) lets NCCL_IB_TC decide again")
     return "; ".join(steps)
 
 
@@ -134,8 +140,8 @@ def _tclass_override(c: RoceChain) -> Finding | None:
         "roce.qos.tclass_override", "warning", port_subject(c.hca, c.port),
         f"global tclass {c.override} on {c.hca} port {c.port} overrides NCCL_IB_TC {c.nccl_tc.value} "
         f"({c.nccl_tc.source}) in every QP{rules}: {c.describe()}",
-        f"clear the override: `echo -1 > {_tclass_path(c)}` (and remove what sets it at boot: udev or if-up "
-        f"scripts, cma_roce_tos); or set it to NCCL_IB_TC: `echo {c.nccl_tc.value} > {_tclass_path(c)}`; "
+        f"clear the override: `echo -1 > {_tclass_path(c)}` (and remove what sets it at boot: a udev rule or "
+        f"if-up script); or set it to NCCL_IB_TC: `echo {c.nccl_tc.value} > {_tclass_path(c)}`; "
         "or make NCCL_IB_TC (nccl.ib_tc) agree with it",
         measured=str(c.override), expected=str(c.nccl_tc.value),
     )
