@@ -173,13 +173,15 @@ class KernelSettings(Section):
 
 # Codes whose findings are normal while a node comes up: ports still training, the
 # fabric and its manager registering, the GPU driver and its modules loading, DCB and MTU
-# set by boot-time services. Within lifecycle.boot_grace_s of boot they are withheld
+# set by boot-time services (and so the RoCE QoS chain: trust mode, DSCP map, the global
+# tclass a udev rule or if-up script writes; not roce.qos.lossy_traffic, which is measured). Within lifecycle.boot_grace_s of boot they are withheld
 # ("boot_grace"); a fault of another kind (an XID, a lost GPU, a PCIe error) still counts.
 DEFAULT_BOOT_GRACE_CODES = (
     "ib.port.down", "ib.port.unreadable", "ib.ports.count", "ib.port.rate_degraded", "ib.port.width_degraded",
     "nvml.blind", "nvlink.link.down", "nvlink.fabric.incomplete", "gdr.unavailable", "gdr.peermem.unregistered",
     "inventory.hca.missing", "inventory.port.missing", "mtu.mismatch", "mtu.ipoib", "roce.ecn.disabled", "roce.pfc.disabled",
     "nvlink.fabric.unassigned", "fabric.manager.down", "fabric.imex.down",
+    "roce.qos.lossy", "roce.qos.ecn_off", "roce.qos.priority_mismatch", "roce.qos.trust_mismatch", "roce.qos.tclass_override",
 )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from agentd.judging.checks import CHECKS, CheckInput, check_name, run_checks
 from agentd.judging.roles import HcaRoles, hca_roles
 from agentd.model import (
     Finding,
+    NcclConf,
     NvmlInfo,
     PfcConfig,
     ProbeStatus,
@@ -67,7 +68,16 @@ def _scenarios():
     lost = with_gpu(with_nvml_gpu(h, 2, error="GPU is lost"), 2, in_nvml=False)
     blind = h.model_copy(update={"nvml": NvmlInfo(available=False, error="Driver Not Loaded")})
     timed_out = h.model_copy(update={"probes": (ProbeStatus(name="nvml", ok=False, duration_s=5, finished_at=T0, timed_out=True),)})
+    qos = r.model_copy(update={"nccl_conf": NcclConf(path="etc/nccl.conf", variables={"NCCL_IB_TC": "106"})})
+    dscp_map = {d: d >> 3 for d in range(64)}
+    qos = with_netdev(qos, "eth2", pfc=PfcConfig(enabled=(3,), trust="dscp", dscp2prio=dscp_map))
+    lossy_map = with_netdev(qos, "eth2", pfc=PfcConfig(enabled=(3,), trust="dscp", dscp2prio={**dscp_map, 26: 0}))
+    prio_bytes = with_ethtool(r, "eth2", tx_prio0_bytes=0, tx_prio3_bytes=0)
+    xmit = r.hca("mlx5_2").ports[0].counters["port_xmit_data"]  # type: ignore[union-attr]
+    lossy_bytes = with_ethtool(with_counters(prio_bytes, "mlx5_2", port_xmit_data=xmit + 10**9), "eth2", tx_prio0_bytes=4 * 10**9)
     return [
+        ("qos lossy", qos, lossy_map, ("critical", "roce.qos.lossy", "eth2"), "restore"),
+        ("qos lossy traffic", prio_bytes, lossy_bytes, ("critical", "roce.qos.lossy_traffic", "eth2"), "freeze"),
         ("port down", h, with_port(h, "mlx5_3", state="DOWN"), ("critical", "ib.port.down", "mlx5_3:1"), "restore"),
         ("ports count", h, with_port(h, "mlx5_3", state="DOWN"), ("critical", "ib.ports.count", "node"), "restore"),
         ("rate", h, with_port(h, "mlx5_3", rate_gbps=200.0), ("critical", "ib.port.rate_degraded", "mlx5_3:1"), "restore"),
