@@ -73,7 +73,7 @@ def _scenarios():
     qos = with_netdev(qos, "eth2", pfc=PfcConfig(enabled=(3,), trust="dscp", dscp2prio=dscp_map))
     lossy_map = with_netdev(qos, "eth2", pfc=PfcConfig(enabled=(3,), trust="dscp", dscp2prio={**dscp_map, 26: 0}))
     prio_bytes = with_ethtool(r, "eth2", tx_prio0_bytes=0, tx_prio3_bytes=0)
-    xmit = r.hca("mlx5_2").ports[0].counters["port_xmit_data"]  # type: ignore[union-attr]
+    xmit = r.hca("mlx5_2").ports[0].counters["port_xmit_data"]
     lossy_bytes = with_ethtool(with_counters(prio_bytes, "mlx5_2", port_xmit_data=xmit + 10**9), "eth2", tx_prio0_bytes=4 * 10**9)
     return [
         ("qos lossy", qos, lossy_map, ("critical", "roce.qos.lossy", "eth2"), "restore"),
