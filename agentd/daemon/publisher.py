@@ -26,6 +26,7 @@ from agentd.judging.lifecycle import Tracks, advance
 from agentd.judging.outputs import output_findings
 from agentd.judging.staleness import stale_probe_names, with_staleness
 from agentd.model import Finding, NodeSnapshot, sort_findings
+from agentd.nccl.topo import topology_hash
 from agentd.outputs.baseline_store import BaselineError, load_baseline
 from agentd.outputs.evaluate import Evaluation, Evaluator, evaluate
 from agentd.outputs.writer import Writer, planned_files
@@ -68,6 +69,7 @@ class Publisher:
         self._unfinished: dict[str, int] = {}  # file -> publishes whose write did not finish
         # lifecycle tracks of the findings added at build (file writes, the benchmark)
         self.extra_tracks = Tracks()
+        self._topo_hash: tuple[str, str] | None = None  # (the topology XML text, its hash)
 
     async def load_baseline(self, path: Path, timeout_s: float) -> None:
         """Read the baseline at ``path`` in its lane (never on the event loop: a FIFO or a
@@ -170,6 +172,17 @@ class Publisher:
             out.append(dataclasses.replace(base, ok=False, changed=False, error=why, failures_total=failures))
         return tuple(out)
 
+    def _topology_hash(self, ev: Evaluation) -> str:
+        """The rendered topology XML's hash, computed once per rendered text (a steady node
+        reuses its render, so most publishes cost an identity check)."""
+        xml = getattr(ev.render, "topo_xml", None) if ev.render is not None else None
+        if xml is None:
+            return ""
+        last = self._topo_hash
+        if last is None or last[0] is not xml:
+            last = self._topo_hash = (xml, topology_hash(xml))
+        return last[1]
+
     async def build(self, snap: NodeSnapshot, ev: Evaluation, files: tuple[FileStatus, ...], ctx: Context) -> State:
         """The State of one collection, findings complete (files, benchmark, staleness as of
         now) and its metrics rendered once, off the event loop."""
@@ -178,6 +191,7 @@ class Publisher:
             seq=ctx.seq, generated_at=now, generated_mono=mono, started_at=ctx.started_at, config=ctx.config, ready=True, snapshot=snap,
             findings=ev.findings, stale_limits=ctx.stale_limits, compute_hcas=ev.roles.compute, hca_roles_source=ev.roles.source,
             expected=ev.expected, files=files, nccl_env=ev.nccl_env, nccl_problems=ev.nccl_problems, tiers=ctx.tiers,
+            topology_hash=self._topology_hash(ev),
             reload=ctx.reload, udev_events=ctx.udev_events, udev_active=ctx.udev_active, process=ctx.process,
             link_events=ctx.link_events, link_active=ctx.link_active, maintenance=ctx.maintenance,
             maintenance_ended_at=ctx.maintenance_ended_at, bench=ctx.bench, render_metrics=REGISTRY.render,

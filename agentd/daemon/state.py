@@ -46,6 +46,7 @@ class State:
     files: tuple[FileStatus, ...] = ()
     nccl_env: tuple[tuple[str, str], ...] = ()  # variables the env file sets, in order
     nccl_problems: tuple[str, ...] = ()
+    topology_hash: str = ""  # agentd.nccl.topo.topology_hash of the rendered topology XML; "" when none was rendered
     tiers: tuple[TierRun, ...] = ()  # the latest run of each tier
     reload: ReloadStatus = field(default_factory=ReloadStatus)
     udev_events: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (subsystem, action) -> count

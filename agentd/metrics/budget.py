@@ -17,9 +17,9 @@ fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,156 | 2,711 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,036 | 4,999 |
-| `no-gpu-no-hca` (a node without GPUs or HCAs) | 102 | 102 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,139 | 2,714 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,003 | 5,002 |
+| `no-gpu-no-hca` (a node without GPUs or HCAs) | 103 | 103 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
 agentd.toml, docs/config.md):
@@ -29,6 +29,7 @@ agentd.toml, docs/config.md):
 | `agentd_nvlink_link_errors_total` (GPU x link x kind: 576 on h100-ib) | `agentd_nvlink_errors_total` per GPU and kind, summed over its links (as dcgm-exporter's `DCGM_FI_DEV_NVLINK_*_TOTAL`; its per-link `_L0`..`_L17` fields are opt-in too) | `nvlink_per_link` |
 | `agentd_nvlink_state`, `agentd_nvlink_info` for every link | `agentd_nvlink_links` and `agentd_nvlink_links_up` per GPU, `agentd_nvlink_remote_links` per GPU and remote end (NVSwitch), and `agentd_nvlink_state`/`agentd_nvlink_info` only for links that are not up | `nvlink_per_link` |
 | `agentd_ib_port_hw_counters_total` (port x unnamed counter) | `agentd_ib_hw_counters_total` per counter, summed over the node's ports (node_exporter exports no hw_counters; telegraf gathers them only with `gather_rdma`) | `ib_counters_per_port` |
+| `agentd_ib_port_multicast_packets_{transmitted,received}_total` (2 per HCA port: 20 on h100-ib) | `agentd_ib_hw_counters_total{counter="multicast_xmit_packets"}` and `{counter="multicast_rcv_packets"}`, summed over the node's ports (NCCL's traffic is unicast) | `ib_counters_per_port` |
 | `agentd_ib_port_pma_saturated` 0 for every fixed-width counter | the flag (1) only for a saturated counter, and `agentd_ib_pma_saturated_counters` for the node | - (a 0 flag says no more than the count) |
 | PCIe link speed/width, ACS and AER totals of every bridge | link series for every GPU, HCA and NVSwitch, and for a bridge while it runs below its own maximum; the ACS flag where redirect is on, and `agentd_pcie_acs_redirect_bridges`; AER totals per GPU and HCA function, the bridges' summed per severity (`agentd_pcie_aer_bridge_errors_total`) | `pcie_bridges` |
 | RoCE per-priority counters for priorities 0-7 | `roce.priority` (the lossless class) on its own, the other seven summed as `priority="other"` | `roce_every_priority` |

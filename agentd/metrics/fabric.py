@@ -8,6 +8,7 @@ from typing import Final
 from agentd.base.expo import Exposition, Family, MetricType
 from agentd.base.ids import bus_id_label
 from agentd.base.pma import PMA_COUNTER_WIDTHS, is_saturated
+from agentd.judging.qos import nccl_setting
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 from agentd.model import Hca, IbPort, NodeSnapshot, PathType
@@ -42,6 +43,10 @@ IB_COUNTERS: dict[str, tuple[str, int]] = {
     "VL15_dropped": ("vl15_dropped_total", 1),
     "port_xmit_wait": ("transmit_wait_ticks_total", 1),
 }
+# Named counters that are per port only with metrics.ib_counters_per_port; at the defaults
+# they are summed over the node's ports in agentd_ib_hw_counters_total{counter=<file>}
+# (NCCL's traffic is unicast; multicast counts say little per port and cost 2 series each).
+PER_PORT_ONLY = frozenset({"multicast_xmit_packets", "multicast_rcv_packets"})
 # hw_counters/ (mlx5 driver) -> metric suffix.
 IB_HW_COUNTERS: dict[str, str] = {
     "np_ecn_marked_roce_packets": "np_ecn_marked_roce_packets_received_total",
@@ -66,23 +71,24 @@ _OTHER = "priority is roce.priority or other (the other seven summed); 0-7 each 
 
 FAMILIES: tuple[Family, ...] = (
     Family("agentd_ib_hca_info", G, "One series per RDMA device (value 1).", ("device", "hca_type", "firmware_version", "board_id", "node_guid", "pci_bus_id", "numa_node")),
-    Family("agentd_ib_port_info", G, "Join metric (value 1): HCA port <-> netdev, link layer, PCI bus id, NUMA node, nearest GPUs (comma-separated indices) and role (compute or other).", ("device", "port", "netdev", "link_layer", "pci_bus_id", "numa_node", "nearest_gpus", "role")),
+    Family("agentd_ib_port_info", G, "Join metric (value 1): HCA port <-> netdev, link layer, PCI bus id, NUMA node, nearest GPUs (comma-separated indices) and role (compute or other); sm_sl the SL the subnet manager uses (ports/N/sm_sl, InfiniBand) and nccl_ib_sl the NCCL_IB_SL jobs get on a compute InfiniBand port (agentd's nccl settings or /etc/nccl.conf; \"\" when unknown or not set, NCCL's default 0). The SL->VL table is in the SM (smpquery sl2vl).", ("device", "port", "netdev", "link_layer", "pci_bus_id", "numa_node", "nearest_gpus", "role", "sm_sl", "nccl_ib_sl")),
     Family("agentd_ib_port_state_id", G, "Logical port state from ports/N/state: 1 down, 2 init, 3 armed, 4 active, 5 active_defer.", DP),
     Family("agentd_ib_port_phys_state_id", G, "Physical port state from ports/N/phys_state: 2 polling, 3 disabled, 5 link up, 6 link error recovery.", DP),
     Family("agentd_ib_port_rate_bytes_per_second", G, "Port rate from ports/N/rate (Gb/s x 125000000).", DP),
     Family("agentd_ib_port_rate_expected_bytes_per_second", G, "Rate every compute port should have (expect.rate_gbps, else inferred from the compute ports).", DP),
     Family("agentd_ib_port_width_lanes", G, "Link width in lanes (4 for 4X).", DP),
     Family("agentd_ib_port_width_expected_lanes", G, "Width every compute port should have (expect.width, else inferred).", DP),
-    *(Family(f"agentd_ib_port_{suffix}", C, f"ports/N/counters/{name}" + (" x 4 (the PMA counts 4-byte words)." if mult == 4 else "."), DP) for name, (suffix, mult) in IB_COUNTERS.items()),
+    *(Family(f"agentd_ib_port_{suffix}", C, f"ports/N/counters/{name}" + (" x 4 (the PMA counts 4-byte words)." if mult == 4 else ".")
+             + (f" Only with metrics.ib_counters_per_port; at the defaults summed over the node's ports as agentd_ib_hw_counters_total{{counter=\"{name}\"}}." if name in PER_PORT_ONLY else ""), DP)
+      for name, (suffix, mult) in IB_COUNTERS.items()),
     *(Family(f"agentd_ib_port_{suffix}", C, f"ports/N/hw_counters/{name} (mlx5).", DP) for name, suffix in IB_HW_COUNTERS.items()),
-    Family("agentd_ib_hw_counters_total", C, "Any other counters/ or hw_counters/ file, by its file name, summed over the node's HCA ports.", ("counter",)),
+    Family("agentd_ib_hw_counters_total", C, "Any other counters/ or hw_counters/ file (and, at the defaults, multicast_xmit_packets and multicast_rcv_packets), by its file name, summed over the node's HCA ports.", ("counter",)),
     Family("agentd_ib_port_hw_counters_total", C, "Any other counters/ or hw_counters/ file, by its file name, per port (only with metrics.ib_counters_per_port).", ("device", "port", "counter")),
     Family("agentd_ib_port_hw_counters_lifespan_seconds", G, "hw_counters/lifespan: how long the driver caches hw_counters values.", DP),
     Family("agentd_ib_pma_saturated_counters", G, "Fixed-width PMA counters, over the node's HCA ports, that sit at their maximum and have stopped counting; agentd_ib_port_pma_saturated names them.", ()),
     Family("agentd_ib_port_pma_saturated", G, "1 for a fixed-width PMA counter that sits at its maximum and has stopped counting (rate() would read 0); only saturated counters have a series. Reset it with perfquery -R.", ("device", "port", "counter")),
     Family("agentd_roce_ecn_enabled", G, "ECN for RoCE per priority from /sys/class/net/IF/ecn/roce_{np,rp}/enable (np: notification point, rp: reaction point).", ("netdev", "priority", "point")),
     Family("agentd_roce_pfc_enabled", G, "1 when priority flow control is on for the priority.", ("netdev", "priority")),
-    Family("agentd_roce_qos_info", G, "QoS trust mode (pcp or dscp) and where the PFC configuration was read (value 1).", ("netdev", "trust", "source")),
     Family("agentd_roce_pfc_pause_frames_total", C, f"PFC pause frames per priority (ethtool rx/tx_prioN_pause). {_OTHER}", ("netdev", "priority", "direction")),
     Family("agentd_roce_pfc_pause_duration_seconds_total", C, f"Time paused per priority (ethtool rx/tx_prioN_pause_duration, microseconds / 1e6). {_OTHER}", ("netdev", "priority", "direction")),
     Family("agentd_roce_priority_bytes_total", C, f"Bytes per priority (ethtool rx/tx_prioN_bytes). {_OTHER}", ("netdev", "priority", "direction")),
@@ -113,14 +119,15 @@ def nearest_gpus(snap: NodeSnapshot) -> dict[str, str]:
     return {hca: ",".join(str(i) for i in sorted(idx)) for hca, (_, idx) in best.items()}
 
 
-def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, str], other: dict[str, int]) -> int:
+def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, str], other: dict[str, int], sl: str) -> int:
     """One port's series; its unnamed counters are added to ``other`` (node sums). Returns
-    how many of its PMA counters are saturated."""
+    how many of its PMA counters are saturated. ``sl``: NCCL_IB_SL as configured ("" unset)."""
     lab = (h.name, p.port)
-    role = "compute" if h.name in s.compute_hcas else "other"
+    compute = h.name in s.compute_hcas
     x.add(
         "agentd_ib_port_info",
-        (h.name, p.port, p.netdev or "", p.link_layer or "", bus_id_label(h.pci_bus_id), "" if h.numa_node is None else h.numa_node, near.get(h.name, ""), role),
+        (h.name, p.port, p.netdev or "", p.link_layer or "", bus_id_label(h.pci_bus_id), "" if h.numa_node is None else h.numa_node, near.get(h.name, ""),
+         "compute" if compute else "other", "" if p.sm_sl is None else p.sm_sl, sl if compute and p.link_layer == "InfiniBand" else ""),
         1,
     )
     if p.state_id is not None:
@@ -139,10 +146,10 @@ def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, st
         x.add("agentd_ib_port_width_expected_lanes", lab, exp_width)
     per_port = s.config.metrics.ib_counters_per_port
     saturated = 0
-    unnamed = [(n, v) for n, v in p.counters.items() if n not in IB_COUNTERS]
+    unnamed = [(n, v) for n, v in p.counters.items() if n not in IB_COUNTERS or n in PER_PORT_ONLY]
     for name, value in p.counters.items():
         known = IB_COUNTERS.get(name)
-        if known is not None:
+        if known is not None and (per_port or name not in PER_PORT_ONLY):
             x.add(f"agentd_ib_port_{known[0]}", lab, value * known[1])
         if name in PMA_COUNTER_WIDTHS and is_saturated(name, value):
             saturated += 1
@@ -156,7 +163,7 @@ def _port(x: Exposition, s: MetricsSource, h: Hca, p: IbPort, near: dict[str, st
             unnamed.append((name, value))
     for name, value in unnamed:
         other[name] = other.get(name, 0) + value
-        if per_port:
+        if per_port and name not in PER_PORT_ONLY:  # those have their named family
             x.add("agentd_ib_port_hw_counters_total", (h.name, p.port, name), value)
     return saturated
 
@@ -190,7 +197,7 @@ def cache_key(s: MetricsSource) -> tuple[object, ...] | None:
     snap = s.snapshot
     if snap is None:
         return None
-    return (snap.hcas, snap.netdevs, snap.gpus, s.expected, s.compute_hcas, s.config.metrics, s.config.roce)
+    return (snap.hcas, snap.netdevs, snap.gpus, snap.nccl_conf, s.expected, s.compute_hcas, s.config.metrics, s.config.roce, s.config.nccl)
 
 
 def render(x: Exposition, s: MetricsSource) -> None:
@@ -198,6 +205,8 @@ def render(x: Exposition, s: MetricsSource) -> None:
     if snap is None:
         return
     near = nearest_gpus(snap)
+    ib_sl = nccl_setting(s.config, snap.nccl_conf, "NCCL_IB_SL", 0, 15)
+    sl = "" if ib_sl is None else str(ib_sl.value)
     port_of_netdev: dict[str, tuple[str, int]] = {}
     other: dict[str, int] = {}
     saturated = 0
@@ -211,7 +220,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
         for p in h.ports:
             if p.netdev:
                 port_of_netdev.setdefault(p.netdev, (h.name, p.port))
-            saturated += _port(x, s, h, p, near, other)
+            saturated += _port(x, s, h, p, near, other, sl)
             ports += 1
     for name, total in sorted(other.items()):
         x.add("agentd_ib_hw_counters_total", (name,), total)
@@ -248,7 +257,6 @@ def render(x: Exposition, s: MetricsSource) -> None:
             enabled = set(n.pfc.enabled)
             for prio in range(8):
                 x.add("agentd_roce_pfc_enabled", (name, prio), prio in enabled)
-            x.add("agentd_roce_qos_info", (name, n.pfc.trust or "", n.pfc.source), 1)
         if n.ethtool:
             _ethtool(x, name, n.ethtool, keep)
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 from typing import Final
 
 from agentd.base.expo import Exposition, Family, MetricType
-from agentd.judging.placement import placement
-from agentd.judging.roles import HcaRoles
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
 
@@ -38,8 +36,9 @@ def render(x: Exposition, s: MetricsSource) -> None:
     snap = s.snapshot
     if snap is None:
         return
-    roles = HcaRoles(compute=s.compute_hcas, other=(), source=s.hca_roles_source)
-    p = placement(snap, roles, s.findings, s.config.fabric)
+    p = s.placement()  # the State's, shared with /topology and the fingerprint
+    if p is None:
+        return
     if p.domain is not None:
         d = p.domain
         x.add("agentd_nvlink_domain_info", (d.id, d.cluster_uuid, d.clique_id, d.health), 1)

@@ -8,6 +8,7 @@ from typing import Mapping, Protocol
 
 from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
+from agentd.judging.placement import Placement
 from agentd.model import Finding, NodeSnapshot
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
@@ -50,6 +51,8 @@ class MetricsSource(Protocol):
     @property
     def nccl_problems(self) -> tuple[str, ...]: ...
     @property
+    def topology_hash(self) -> str: ...  # agentd.nccl.topo.topology_hash of the rendered XML; "" when none
+    @property
     def tiers(self) -> tuple[TierRun, ...]: ...
     @property
     def reload(self) -> ReloadStatus: ...
@@ -65,3 +68,4 @@ class MetricsSource(Protocol):
     def process(self) -> Mapping[str, float]: ...
     @property
     def bench(self) -> object: ...
+    def placement(self) -> Placement | None: ...  # agentd.judging.placement, computed once per source

@@ -27,6 +27,7 @@ lowercase bus ids, decimal numbers without leading zeros.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -256,3 +257,16 @@ def _header(snapshot: NodeSnapshot) -> list[str]:
         " NCCL detects the rest. Do not edit: agentd rewrites this file. -->",
         f"<!-- generated: from measurements taken {taken} -->",
     ]
+
+
+TOPOLOGY_HASH_CHARS = 12
+
+
+def topology_hash(xml: str) -> str:
+    """The first 12 hex digits of the SHA-256 of the rendered XML without its comment lines
+    (the header names the host and the measurement time), so nodes of one design get the
+    same hash: ``grep -v '^<!--' topo.xml | sha256sum | cut -c1-12`` (lines joined with
+    newlines, each ending in one)."""
+    body = "".join(line + "\n" for line in xml.splitlines() if not line.startswith("<!--"))
+    return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()[:TOPOLOGY_HASH_CHARS]
+

@@ -71,6 +71,8 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
     **{qid: ("every GPU's fabric is healthy and its NVLinks run at the expected speed", None)
        for qid in ("agentd-node/GPU fabric health (GPUs not healthy)/A", "agentd-node/GPU fabric health (GPUs not healthy)/B",
                    "agentd-node/GPUs with slow NVLinks/A", "agentd-node/GPUs with slow NVLinks/B", "agentd-fleet/NVLink fabric findings/A")},
+    # Issue 17: two simulated nodes of different profiles are a tie in every field that differs.
+    "agentd-fleet/Fingerprint outliers/A": ("the fleet's two nodes tie wherever they differ (a tie flags nobody)", None),
     **{f"agentd-fleet/{t}/{r}": ("no NCCL benchmark has run on the simulated nodes (agentd_bench_nccl_* bandwidths exist only after a run)", None)
        for t, r in [("NCCL bus bandwidth (last run)", "A"), ("NCCL bus bandwidth (last run)", "B"), ("Bus bandwidth below minimum", "A"),
                     ("Lowest bus bandwidth vs expected", "A"), ("Last benchmark result per node", "A")]},
@@ -78,6 +80,7 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
 # Node-dashboard queries with no data on h100-ib that must have data on h100-roce.
 ROCE_ONLY = {
     "agentd-node/MTU: actual vs expected/C": "h100-ib exports no expected MTU (IPoIB without expect.ipoib_mtu; its Ethernet ports are not compute)",
+    "agentd-node/RoCE QoS chain/A": "h100-ib has no RoCE compute port (its Ethernet ports are storage)",
 }
 
 # (node, fault spec, alert, severity of the rule variant, labels the alert must carry, clears)

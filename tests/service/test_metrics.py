@@ -94,7 +94,7 @@ def test_values_and_units_of_a_hand_built_state():
     assert value("agentd_ib_pma_saturated_counters") == 1
     info = [lab for lab, _ in s["agentd_ib_port_info"] if lab["device"] == "mlx5_0"][0]
     assert info == {**port, "netdev": "ibp27s0", "link_layer": "InfiniBand", "pci_bus_id": "00000000:1B:00.0",
-                    "numa_node": "0", "nearest_gpus": "0", "role": "compute"}
+                    "numa_node": "0", "nearest_gpus": "0", "role": "compute", "sm_sl": "", "nccl_ib_sl": ""}
     assert value("agentd_roce_ecn_enabled", netdev="ens1np0", priority="3", point="np") == 1
     assert value("agentd_roce_ecn_enabled", netdev="ens1np0", priority="3", point="rp") == 0
     assert value("agentd_roce_pfc_enabled", netdev="ens1np0", priority="3") == 1
