@@ -150,7 +150,7 @@ class Stack:
         self.tmp, self.procs, self.roots, self.instances = tmp, [], {}, {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         exe = REPO / ".venv" / "bin" / "agentd"
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "agentd.daemon.app"]
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "agentd"]
         for node, profile in (("ib", "h100-ib"), ("roce", "h100-roce")):
             port, out = free_port(), tmp / f"{node}-out"
             cfg = tmp / f"{node}.toml"
