@@ -87,19 +87,31 @@ def format_ethtool_s(stats: Mapping[str, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_mlnx_qos(enabled: Iterable[int] | None, trust: str | None = "dscp") -> str:
+def default_dscp2prio() -> dict[int, int]:
+    """mlx5's DSCP map after ``--trust dscp``: DSCP d -> priority d >> 3, in the order the
+    kernel's app table dumps it (63 first)."""
+    return {d: d >> 3 for d in range(63, -1, -1)}
+
+
+def format_mlnx_qos(enabled: Iterable[int] | None, trust: str | None = "dscp", dscp2prio: Mapping[int, int] | None = None) -> str:
     """``mlnx_qos -i <if>`` output in its layout (real sample:
     tests/fixtures/outputs/mlnx_qos.*) for a trust state and the PFC-enabled priorities
-    (``None`` or empty: PFC off on every priority). The dscp2prio table and the TC lines
-    are the defaults mlnx_qos shows; agentd reads only trust and the PFC table."""
+    (``None`` or empty: PFC off on every priority). With trust dscp, ``dscp2prio``
+    ({dscp: priority}, in the app table's order; default ``default_dscp2prio()``) is
+    printed as mlnx_qos does: one row per priority, its DSCPs in that order, at most 8 a
+    row (more continue on another row of the same priority), no row for a priority
+    without one. The TC lines are the defaults mlnx_qos shows."""
     on = set(enabled or ())
     lines = ["DCBX mode: OS controlled"]
     if trust:
         lines.append(f"Priority trust state: {trust}")
     if trust == "dscp":
+        table = default_dscp2prio() if dscp2prio is None else dscp2prio
         lines.append("dscp2prio mapping:")
         for p in range(8):
-            lines.append(f"        prio:{p} dscp:" + "".join(f"{d:02d}," for d in range(8 * p + 7, 8 * p - 1, -1)))
+            dscps = [d for d, prio in table.items() if prio == p]
+            for i in range(0, len(dscps), 8):
+                lines.append(f"        prio:{p} dscp:" + "".join(f"{d:02d}," for d in dscps[i : i + 8]))
     lines += ["Cable len: 7", "PFC configuration:", "        priority    0   1   2   3   4   5   6   7"]
     lines.append("        enabled     " + "".join(f"{1 if p in on else 0}   " for p in range(8)))
     for tc in range(8):

@@ -15,10 +15,11 @@ A host root written here is what agentd's readers see on a node (DESIGN.md secti
 ``sys/`` in the kernel's layout with relative symlinks, ``proc/``, and ``.agentd/``
 with ``manifest.json`` (agentd.base.recorded), ``simulation.json`` (profile + applied faults), ``nvml.json`` (NVML answers),
 ``ethtool/<if>`` (``ethtool -S`` text) and ``dcb/<if>`` (``mlnx_qos -i`` text); ``proc/<pid>/comm``
-is the node's process table (systemd, and the fabric daemons the profile runs).
+is the node's process table (systemd, and the fabric daemons the profile runs). Beside
+them: ``etc/nccl.conf`` (RoCE profiles), ``usr/lib/<triplet>/libibverbs.so.1`` (rdma-core).
 
 nvml.json schema: ``{"driver_version": "550.90.07", "cuda_driver_version": 12040,
-"gpus": [{"index", "pci_bus_id" (dddd:bb:dd.f, lowercase), "name", "uuid",
+"gpus": [{"index", "pci_bus_id" (dddd:bb:dd.f, lowercase), "name", "uuid", optional "vbios_version",
 "nvlinks": [{"link", "state": "up"|"down", "remote_pci_bus_id", "remote_type":
 "nvswitch"|"gpu", "version": 4, "errors": {"crc_flit", "crc_data", "replay",
 "recovery"}, "speed_mb_s"}], "fabric_state": "completed"|"in_progress"|"not_started"|null,

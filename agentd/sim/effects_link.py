@@ -1,4 +1,5 @@
-"""Fault effects on links: IB/RoCE ports, netdevs, RoCE QoS, NICs, PCIe links and ACS.
+"""Fault effects on links: IB/RoCE ports, netdevs, ECN and pause counters, NICs, PCIe links
+and ACS (the rest of RoCE QoS: effects_qos).
 
 Each fault has ``apply(ctx, target, value)``, ``restores(ctx, target, value)`` (canonical
 paths clearing copies back from the fault-free tree) and optionally ``advancing`` (counter
@@ -11,7 +12,6 @@ import re
 from typing import Callable, Sequence
 
 from agentd.sim import aer, effects_kmsg
-from agentd.sim.net import format_mlnx_qos
 from agentd.sim.pci import PciNode, pci_device_paths
 from agentd.sim.pcicfg import GEN_SPEED, SPEED_GEN, set_acs_ctrl, set_link_status
 from agentd.sim.targets import Ctx, Restorable, Target
@@ -168,14 +168,6 @@ def ecn_apply(ctx: Ctx, t: Target, prio: int) -> None:
 def ecn_restores(ctx: Ctx, t: Target, prio: object) -> list[str]:
     nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
     return [f"{nd}/ecn/roce_np/enable/{prio}", f"{nd}/ecn/roce_rp/enable/{prio}"]
-
-
-def pfc_off_apply(ctx: Ctx, t: Target, v: object) -> None:
-    write_attr(ctx.path(f".agentd/dcb/{t.netdev}"), format_mlnx_qos(None), newline=False)
-
-
-def pfc_off_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [f".agentd/dcb/{t.netdev}"]
 
 
 def pause_storm_apply(ctx: Ctx, t: Target, n: int) -> None:

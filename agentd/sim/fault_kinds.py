@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from agentd.sim import effects_kmsg as K
 from agentd.sim import effects_link as L
 from agentd.sim import effects_node as N
+from agentd.sim import effects_qos as Q
 from agentd.sim.node import KMSG
 from agentd.sim.pcicfg import ACS_KERNEL_ENABLE
 from agentd.sim.targets import Ctx, Restorable, Target
@@ -122,10 +123,20 @@ _KINDS = [
          L.mtu_apply, L.mtu_restores, _int(68, 65535), L.mtu_default, "MTU"),
     Kind("ecn_off", "roce", "ecn/roce_np/enable/<prio> and ecn/roce_rp/enable/<prio> = 0 (default prio: the profile's RoCE priority, 3)",
          L.ecn_apply, L.ecn_restores, _int(0, 7), lambda ctx, t: ctx.profile.roce_priority, "priority"),
-    Kind("pfc_off", "roce", "the mlnx_qos stand-in (.agentd/dcb/<if>) shows PFC disabled on every priority",
-         L.pfc_off_apply, L.pfc_off_restores),
+    Kind("pfc_off", "roce", "the mlnx_qos stand-in (.agentd/dcb/<if>) shows PFC disabled on every priority (trust and DSCP map kept)",
+         Q.pfc_off_apply, Q.dcb_restores),
     Kind("pause_storm", "roce", "ethtool rx_prio<p>_pause += N (default 10^7), rx_prio<p>_pause_duration += N/10, rx_prio<p>_pause_transition += N/2 for the RoCE priority; applying again adds more (advanced: a rate is seen between two collections)",
          L.pause_storm_apply, _none, _int(1, 10**15), _const(10**7), "N pause frames", L.ethtool_file),
+    Kind("tclass_override", "roce", "the netdev's HCA's tc/1/traffic_class (MLNX_OFED mlx5_ib; empty when nothing is set) says 'Global tclass=VALUE' (default 0): every RDMA QP of the port sends with that traffic class, whatever NCCL_IB_TC says",
+         Q.tclass_override_apply, Q.tclass_restores, _int(0, 255), _const(0), "traffic class (default 0)"),
+    Kind("trust_pcp", "roce", "the mlnx_qos stand-in (.agentd/dcb/<if>) says 'Priority trust state: pcp' and has no dscp2prio table (PFC unchanged): the DSCP marking of RDMA traffic is ignored",
+         Q.trust_pcp_apply, Q.dcb_restores),
+    Kind("dscp_map_lossy", "roce", "the mlnx_qos stand-in's dscp2prio table maps the DSCP RDMA traffic is marked with (the profile's NCCL_IB_TC >> 2 = 26) to priority VALUE (default 0; not the RoCE priority), listed first in that priority's row as mlnx_qos shows a changed entry (PFC unchanged)",
+         Q.dscp_map_lossy_apply, Q.dcb_restores, _int(0, 7), _const(0), "priority (default 0)"),
+    Kind("nccl_tc_mismatch", "none", "etc/nccl.conf says NCCL_IB_TC=VALUE (default 0; other lines kept; the file is created where the profile has none)",
+         Q.nccl_tc_mismatch_apply, Q.nccl_conf_restores, _int(0, 255), _const(0), "traffic class (default 0)"),
+    Kind("roce_lossy_traffic", "roce", "ethtool tx_prio0_bytes and tx_vport_rdma_unicast_bytes += N (default 10^11), the HCA port's counters/port_xmit_data += N/4 (4-byte words): RDMA traffic sent on priority 0, which has no PFC; applying again adds more (advanced, as pause_storm)",
+         Q.roce_lossy_traffic_apply, _none, _int(1, 10**15), _const(10**11), "N bytes", Q.roce_lossy_advancing),
     Kind("nvlink_down", "gpu", "nvml.json link LINK of the GPU (VALUE or ':LINK' in the target, default 0) state 'down'",
          N.nvlink_down_apply, N.nvlink_down_restores, _int(0, 63), None, "link number", links=True),
     Kind("nvlink_errors", "gpu", "nvml.json link (':LINK', default 0) errors: crc_flit += N (default 1000), crc_data += N/100, replay += N/10 (advanced)",

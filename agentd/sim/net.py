@@ -15,11 +15,14 @@ ifindex order: lo 1, the bootstrap NIC 2, then the HCA netdevs in profile order.
 rx/tx_prioN_pause, *_pause_duration, rx_vport_rdma_unicast_bytes, rx/tx_discards_phy,
 link_down_events_phy; a short igb set for eno1). ``.agentd/dcb/<if>`` holds
 ``mlnx_qos -i <if>`` text for each mlx5 Ethernet netdev, in the format of the captured
-att/netarbiter output: trust dscp, PFC on the profile's RoCE priority only.
+att/netarbiter output: trust dscp, the default dscp2prio map (DSCP d -> priority d >> 3),
+PFC on the profile's RoCE priority only. ``parse_mlnx_qos`` reads that text back (for the
+QoS faults, which change one part and keep the rest).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentd.base import recorded
@@ -149,6 +152,42 @@ def parse_ethtool(text: str) -> dict[str, int]:
 
 def format_mlnx_qos(pfc_priority: int | None) -> str:
     return recorded.format_mlnx_qos(() if pfc_priority is None else (pfc_priority,))
+
+
+@dataclass(frozen=True)
+class Qos:
+    """What the mlnx_qos text says: PFC-enabled priorities, trust state, DSCP map (trust dscp)."""
+
+    pfc: tuple[int, ...]
+    trust: str | None
+    dscp2prio: dict[int, int] | None
+
+    def format(self) -> str:
+        return recorded.format_mlnx_qos(self.pfc, self.trust, self.dscp2prio)
+
+
+def parse_mlnx_qos(text: str) -> Qos:
+    """The simulator's own mlnx_qos text back into a Qos; ValueError when it is not that."""
+    trust: str | None = None
+    table: dict[int, int] = {}
+    pfc: tuple[int, ...] | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("Priority trust state:"):
+            trust = s.partition(":")[2].strip()
+        elif s.startswith("prio:"):
+            head, _, dscps = s.partition(" dscp:")
+            for d in dscps.split(","):
+                if d:
+                    table[int(d)] = int(head[5:])
+        elif s.startswith("enabled"):
+            flags = s.split()[1:]
+            if len(flags) != 8:
+                raise ValueError(f"bad PFC row {s!r}")
+            pfc = tuple(p for p, f in enumerate(flags) if f == "1")
+    if pfc is None:
+        raise ValueError("no PFC configuration in the mlnx_qos text")
+    return Qos(pfc, trust, table if trust == "dscp" else None)
 
 
 def write_netdevs(root: Path, profile: Profile, layout: dict[str, PciNode]) -> None:

@@ -12,7 +12,13 @@
 - ``proc/modules`` and ``sys/module/<m>/{initstate,refcnt[,version]}``;
   ``sys/module/nvidia_peermem/version`` exists when peermem is loaded (the file NCCL
   checks); the nvidia line carries taint ``(OE)`` for the open module and ``(POE)`` for
-  the proprietary one;
+  the proprietary one; ``sys/module/mlx5_core/version`` is MLNX_OFED's version
+  (Profile.ofed_version; the inbox driver has no such file);
+- ``usr/lib/<arch>-linux-gnu/libibverbs.so.1`` -> ``libibverbs.so.1.14.<rdma-core>``
+  (Profile.rdma_core; the target is a stand-in of 16 bytes, an ELF64 ident), on profiles
+  with HCAs;
+- ``etc/nccl.conf`` with ``NCCL_IB_TC`` (Profile.nccl_ib_tc, RoCE profiles), as NCCL
+  reads it (KEY=VALUE lines, ``#`` comments);
 - ``proc/driver/nvidia/version`` in the open or proprietary module's wording;
 - ``.agentd/nvml.json``: what NVML would answer (schema in agentd.sim).
 """
@@ -25,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.sim.profiles import Profile
-from agentd.sim.tree import cpumask, parse_cpulist, write_attr
+from agentd.sim.tree import cpumask, parse_cpulist, symlink, write_attr, write_bytes
 
 DRIVER_DATE = "Thu Jun 27 20:37:02 UTC 2024"
 GCC_LINE = "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) "
@@ -91,6 +97,32 @@ def write_modules(root: Path, profile: Profile, *, peermem: bool, open_module: b
         write_attr(d / "refcnt", 0)
         if m in ("nvidia", "nvidia_peermem"):
             write_attr(d / "version", profile.driver_version)
+        if m == "mlx5_core" and profile.ofed_version and profile.hcas:
+            write_attr(d / "version", profile.ofed_version)
+
+
+# e_ident of an ELF64 little-endian object (x86_64 and aarch64 alike): the start of the
+# real library, enough for a stand-in nothing loads.
+ELF64_IDENT = b"\x7fELF\x02\x01\x01" + bytes(9)
+NCCL_CONF = "etc/nccl.conf"
+
+
+def libibverbs_dir(profile: Profile) -> str:
+    return f"usr/lib/{profile.arch}-linux-gnu"
+
+
+def write_rdma_core(root: Path, profile: Profile) -> None:
+    if not (profile.rdma_core and profile.hcas):
+        return
+    d = root / libibverbs_dir(profile)
+    target = d / f"libibverbs.so.1.14.{profile.rdma_core}"
+    write_bytes(target, ELF64_IDENT)
+    symlink(d / "libibverbs.so.1", target)
+
+
+def nccl_conf_text(ib_tc: int) -> str:
+    """etc/nccl.conf as a site writes it: a comment, then NCCL_IB_TC."""
+    return f"# RoCE: traffic class {ib_tc} = DSCP {ib_tc >> 2} (priority {ib_tc >> 5} in the default dscp2prio map)\nNCCL_IB_TC={ib_tc}\n"
 
 
 def _grace_block(cpu: int) -> str:
@@ -178,6 +210,8 @@ def nvml_data(profile: Profile) -> dict[str, Any]:
                 "error": None,
             }
         )
+        if profile.vbios_version:
+            gpus[-1]["vbios_version"] = profile.vbios_version
     return {"driver_version": profile.driver_version, "cuda_driver_version": profile.cuda_driver_version, "gpus": gpus}
 
 
@@ -213,6 +247,9 @@ def write_node(root: Path, profile: Profile) -> None:
         write_attr(nodes / f"node{i}/cpulist", cpulist)
         write_attr(nodes / f"node{i}/cpumap", cpumask(cpulist, profile.nr_cpus))
     write_modules(root, profile, peermem=profile.peermem, open_module=profile.open_module)
+    write_rdma_core(root, profile)
+    if profile.nccl_ib_tc is not None:
+        write_attr(root / NCCL_CONF, nccl_conf_text(profile.nccl_ib_tc), newline=False)
     write_nvml(root, nvml_data(profile))
     write_processes(root, profile)
 

@@ -20,6 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# "5.8-4.1.5": a documented /sys/module/mlx5_core/version of MLNX_OFED; rdma-core 50.0 is
+# Ubuntu 24.04's (/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0).
+OFED_VERSION = "5.8-4.1.5"
+RDMA_CORE = "50.0"
+H100_VBIOS = "96.00.74.00.0D"  # nvidia-smi -q "VBIOS Version" of an H100 SXM (driver 535.161.08)
+NCCL_IB_TC_ROCE = 106
+
 GT32, GT16, GT5, GT2_5 = "32.0 GT/s PCIe", "16.0 GT/s PCIe", "5.0 GT/s PCIe", "2.5 GT/s PCIe"
 
 
@@ -153,6 +160,14 @@ class Profile:
     c2c_links_per_gpu: int = 0  # Grace <-> GPU NVLink-C2C links
     c2c_max_bw_mb_s: int = 44712  # per link (nvidia-smi c2c -s: "44.712 GB/s")
     daemons: tuple[tuple[int, str], ...] = ()  # (pid, comm) beside systemd (and nv-fabricmanager on NVSwitch profiles)
+    # MLNX_OFED's mlx5_core version (sys/module/mlx5_core/version; OFED's mlx5_ib also makes
+    # each HCA's tc/1/traffic_class). None: the inbox driver, which has neither.
+    ofed_version: str | None = OFED_VERSION
+    rdma_core: str | None = RDMA_CORE  # rdma-core: usr/lib/<triplet>/libibverbs.so.1 -> libibverbs.so.1.14.<this>
+    vbios_version: str | None = None  # NVML's VBIOS version per GPU; None: left out of nvml.json (no real value known)
+    # etc/nccl.conf NCCL_IB_TC (RoCE profiles). 106 >> 2 = DSCP 26, which the default dscp2prio
+    # map (DSCP d -> priority d >> 3) puts on priority 3 = roce_priority. None: no nccl.conf.
+    nccl_ib_tc: int | None = None
 
     def endpoints(self) -> list[Endpoint]:
         out: list[Endpoint] = []
@@ -278,6 +293,8 @@ def _h100(name: str, description: str, ethernet: bool) -> Profile:
         boot_nic=boot,
         gpu_name="NVIDIA H100 80GB HBM3",
         nvlinks_per_gpu=18,
+        vbios_version=H100_VBIOS,
+        nccl_ib_tc=NCCL_IB_TC_ROCE if ethernet else None,
     )
 
 

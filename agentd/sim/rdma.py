@@ -4,6 +4,9 @@ Per HCA: node_type, node_guid, sys_image_guid, fw_ver, hca_type, hw_rev, board_i
 node_desc, ``device`` (-> ``../../../<bdf>``), ``subsystem``; per port (only port 1, as
 on ConnectX): state, phys_state, rate, link_layer, lid, sm_lid, sm_sl, lid_mask_count,
 cap_mask, pkeys/0, gids/0..15, gid_attrs/{types,ndevs}/<i>, counters/*, hw_counters/*.
+With MLNX_OFED (Profile.ofed_version) each HCA also has ``tc/1/traffic_class``, OFED
+mlx5_ib's per-port traffic class override: empty while nothing is set ("Global
+tclass=<v>" once one is; the tclass_override fault). Inbox kernels have no ``tc/``.
 
 GID table: 16 slots are written (mlx5 has up to 255; readers must not depend on the
 count). Empty slots read as all zeros, as the kernel prints them. On a real kernel
@@ -141,6 +144,11 @@ def port_dir(layout: dict[str, PciNode], hca: HcaSpec, port: int = 1) -> str:
     return f"{ib_dir(layout, hca)}/ports/{port}"
 
 
+def tclass_file(layout: dict[str, PciNode], hca: HcaSpec, port: int = 1) -> str:
+    """OFED mlx5_ib's traffic class override file of a port (canonical path)."""
+    return f"{ib_dir(layout, hca)}/tc/{port}/traffic_class"
+
+
 def write_port(root: Path, hca: HcaSpec, index: int, pdir: Path) -> None:
     ib = hca.link_layer == "InfiniBand"
     attrs = {
@@ -193,3 +201,5 @@ def write_rdma(root: Path, profile: Profile, layout: dict[str, PciNode]) -> None
         symlink(d / "subsystem", root / "sys/class/infiniband")
         symlink(root / "sys/class/infiniband" / hca.name, d)
         write_port(root, hca, index, d / "ports/1")
+        if profile.ofed_version:
+            write_attr(root / tclass_file(layout, hca), "", newline=False)
