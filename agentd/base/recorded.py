@@ -87,19 +87,22 @@ def format_ethtool_s(stats: Mapping[str, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_mlnx_qos(enabled: Iterable[int] | None, trust: str | None = "dscp") -> str:
+def format_mlnx_qos(enabled: Iterable[int] | None, trust: str | None = "dscp", dscp2prio: Mapping[int, int] | None = None) -> str:
     """``mlnx_qos -i <if>`` output in its layout (real sample:
     tests/fixtures/outputs/mlnx_qos.*) for a trust state and the PFC-enabled priorities
-    (``None`` or empty: PFC off on every priority). The dscp2prio table and the TC lines
-    are the defaults mlnx_qos shows; agentd reads only trust and the PFC table."""
+    (``None`` or empty: PFC off on every priority). The dscp2prio table is ``dscp2prio``
+    when given (non-empty), else in DSCP trust the default mlnx_qos shows (DSCP >> 3);
+    the TC lines are the defaults. agentd reads trust, dscp2prio and the PFC table."""
     on = set(enabled or ())
     lines = ["DCBX mode: OS controlled"]
     if trust:
         lines.append(f"Priority trust state: {trust}")
-    if trust == "dscp":
+    if dscp2prio or trust == "dscp":
+        table = dict(dscp2prio) if dscp2prio else {d: d >> 3 for d in range(64)}
         lines.append("dscp2prio mapping:")
         for p in range(8):
-            lines.append(f"        prio:{p} dscp:" + "".join(f"{d:02d}," for d in range(8 * p + 7, 8 * p - 1, -1)))
+            dscps = sorted((d for d, q in table.items() if q == p), reverse=True)
+            lines.append(f"        prio:{p} dscp:" + "".join(f"{d:02d}," for d in dscps))
     lines += ["Cable len: 7", "PFC configuration:", "        priority    0   1   2   3   4   5   6   7"]
     lines.append("        enabled     " + "".join(f"{1 if p in on else 0}   " for p in range(8)))
     for tc in range(8):
