@@ -123,7 +123,9 @@ def _fabric_daemons(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> Fab
 IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
     "ib": ("link",),  # fast: port state, phys_state, rate, LIDs
     "ib_counters": ("counters",),  # medium
-    "ib_gids": ("gids", "inventory"),  # slow: GID tables, HCA attributes, PCI, NUMA, port netdevs
+    # slow: GID tables, HCA attributes, PCI, NUMA, port netdevs; sm_sl and the mlx5 tclass
+    # override (set by an administrator, rarely changed: not worth a fast-tier read)
+    "ib_gids": ("gids", "inventory", "qos"),
 })
 
 PROBES: tuple[ProbeSpec, ...] = (
@@ -164,7 +166,8 @@ def _data(outputs: Mapping[str, ProbeOutput], name: str) -> Any:
 
 def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
     """The HCAs and ports of the fast read (``link``), with the medium read's counters and
-    the slow read's GID tables, port netdevs and HCA inventory (attributes, PCI, NUMA)."""
+    the slow read's GID tables, port netdevs, sm_sl, tclass override and HCA inventory
+    (attributes, PCI, NUMA)."""
     inventory = {h.name: h for h in slow}
     by_counters = {(h.name, p.port): p for h in counters for p in h.ports}
     by_slow = {(h.name, p.port): p for h in slow for p in h.ports}
@@ -181,6 +184,8 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
             if s is not None:
                 upd["gids"] = s.gids
                 upd["netdev"] = s.netdev
+                upd["sm_sl"] = s.sm_sl
+                upd["tclass"] = s.tclass
             ports.append(p.model_copy(update=upd) if upd else p)
         base = inventory.get(h.name, h)  # the link read has no inventory: defaults until slow runs
         numa = base.numa_node if base.numa_node is not None else pci_numa.get(base.pci_bus_id or "")
