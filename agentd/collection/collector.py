@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
-from agentd.host import daemons, dcb, ethtool, infiniband, modules, netdev, nvml, pci, pcie_errors, system
+from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pci, pcie_errors, system, versions
 from agentd.host.fs import HostRoot, ReadContext, replay
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
@@ -38,6 +38,7 @@ from agentd.model import (
     Gpu,
     Hca,
     KernelLog,
+    NcclConf,
     Netdev,
     NodeSnapshot,
     NvmlInfo,
@@ -45,6 +46,7 @@ from agentd.model import (
     PciLinkRead,
     ProbeStatus,
     ReadError,
+    SoftwareVersions,
     SystemInfo,
 )
 
@@ -118,6 +120,19 @@ def _fabric_daemons(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> Fab
     return daemons.read_daemons(ctx)
 
 
+class SystemRead(NamedTuple):
+    """The system probe's output: host identity, and the node's software setup read in the
+    same slow pass (a few small files each; one probe, so no series of its own)."""
+
+    info: SystemInfo
+    nccl_conf: NcclConf | None
+    versions: SoftwareVersions
+
+
+def _system(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> SystemRead:
+    return SystemRead(system.read_system(ctx), ncclconf.read_nccl_conf(ctx), versions.read_versions(ctx))
+
+
 # One InfiniBand read per tier, each with only the parts that tier needs, so every file is
 # read in one tier; assemble() merges the three into one Hca list.
 IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
@@ -129,7 +144,7 @@ IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
 })
 
 PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec("system", "slow", lambda c, o: system.read_system(c), SystemInfo()),
+    ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions())),
     ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
     ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids")),
     ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), ()),
@@ -252,6 +267,7 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
     hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
     netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"))
     nv = _data(outputs, "nvml")
+    sysread: SystemRead = _data(outputs, "system")
     # Each IB tier lists the same HCA and port directories (and ib, ib_gids both read
     # link_layer): report a bad entry once.
     errors: dict[tuple[str, str], ReadError] = {}
@@ -263,7 +279,7 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         host_root=host_root,
         host_mode=host_mode,
         host_mode_reason=host_mode_reason,
-        system=_data(outputs, "system"),
+        system=sysread.info,
         pci=pci_devs,
         gpus=_gpus(pci_devs, hcas, nv),
         hcas=hcas,
@@ -272,6 +288,8 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         nvml=nv,
         kernel=_data(outputs, "kernel"),
         daemons=_data(outputs, "daemons"),
+        nccl_conf=sysread.nccl_conf,
+        versions=sysread.versions,
         probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
         read_errors=tuple(errors.values()),
     )
