@@ -36,9 +36,10 @@ _LIBIBVERBS_TARGET = re.compile(r"libibverbs\.so\.1\.\d{1,4}\.(\d[0-9A-Za-z.+~_-
 
 def rdma_core_version(target: str) -> str | None:
     """rdma-core's version from libibverbs' versioned file name
-    (``libibverbs.so.1.14.50.0`` -> ``50.0``); None for another name."""
+    (``libibverbs.so.1.14.50.0`` -> ``50.0``); None for another name, and for the
+    libibverbs before rdma-core (``libibverbs.so.1.0.0``: a bare number, no version)."""
     m = _LIBIBVERBS_TARGET.fullmatch(target.rpartition("/")[2])
-    return m.group(1) if m else None
+    return m.group(1) if m and not m.group(1).isdigit() else None
 
 
 def _mlx5_core(ctx: ReadContext) -> str | None:
