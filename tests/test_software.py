@@ -71,6 +71,29 @@ def test_nccl_rules_comments_first_assignment_and_other_keys():
     assert bad == []
 
 
+def test_the_packages_symlink_is_followed_and_a_dangling_one_is_no_file(tmp_path):
+    # packaging/deb/postinst: /etc/nccl.conf -> nccl/nccl.conf (agentd writes it when nccl.write_conf is on)
+    (tmp_path / "etc/nccl").mkdir(parents=True)
+    os.symlink("nccl/nccl.conf", tmp_path / "etc/nccl.conf")
+    ctx = _ctx(tmp_path)
+    assert read_nccl_conf(ctx) is None and ctx.errors == []
+    (tmp_path / "etc/nccl/nccl.conf").write_bytes(b"NCCL_IB_TC=106\n")
+    ctx = _ctx(tmp_path)
+    assert read_nccl_conf(ctx) == NcclConf(path="etc/nccl.conf", variables={"NCCL_IB_TC": "106"})
+    assert ctx.errors == []
+
+
+def test_a_link_out_of_the_root_is_refused(tmp_path):
+    outside = tmp_path / "outside.conf"
+    outside.write_bytes(b"NCCL_IB_TC=106\n")
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    os.symlink(str(outside), root / "etc/nccl.conf")
+    ctx = _ctx(root)
+    assert read_nccl_conf(ctx) is None
+    assert [e.kind for e in ctx.errors] == ["escape"]
+
+
 def test_absent_file_is_none_and_no_error(tmp_path):
     ctx = _ctx(tmp_path)
     assert read_nccl_conf(ctx) is None and ctx.errors == []

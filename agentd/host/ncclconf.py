@@ -47,8 +47,15 @@ def parse_nccl_conf(data: bytes) -> tuple[dict[str, str], list[int]]:
 
 
 def read_nccl_conf(ctx: ReadContext) -> NcclConf | None:
-    """``/etc/nccl.conf`` under the host root; None when there is none. Never raises."""
-    data = ctx.raw(PATH, max_bytes=MAX_BYTES + 1)
+    """``/etc/nccl.conf`` under the host root; None when there is none. Never raises.
+
+    The path may be a symlink (agentd's packages link it to ``nccl/nccl.conf``, the file
+    agentd writes when ``nccl.write_conf`` is on): followed as NCCL's fopen follows it,
+    without leaving the host root; a dangling link is no file."""
+    real = ctx.resolve(PATH)
+    if real is None:
+        return None
+    data = ctx.raw(real, max_bytes=MAX_BYTES + 1)
     if data is None:
         return None
     if len(data) > MAX_BYTES:
