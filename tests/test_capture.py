@@ -224,3 +224,65 @@ def test_a_redacted_capture_hides_identities_and_replays_to_the_same_findings(tm
     assert manifest["redacted"] is True and manifest["source"]["hostname"] is None and manifest["redactions"]
     after = [(c, s, subj) for c, s, subj, _ in _check(capsys, cfg, out)[1]]
     assert after == before
+
+
+def test_a_capture_keeps_the_qos_chain_and_version_inputs(tmp_path, capsys):
+    """What the RoCE QoS chain and the version fingerprint read (issue 17): the tclass
+    override and sm_sl of every port, /etc/nccl.conf, the mlx5_core version, libibverbs'
+    link and a DSCP map other than the default all replay as the node had them."""
+    from agentd.capture.replay import unpack
+    from agentd.collection.collector import collect_once
+    from agentd.config import AgentConfig
+    from agentd.host.fs import HostRoot
+
+    cfg = _config(tmp_path)
+    root = sim.build_tree("h100-roce", tmp_path / "node")
+    tcs = []
+    for dev in sorted((root / "sys/class/infiniband").iterdir()):
+        real = dev.resolve()
+        for port in (real / "ports").iterdir():
+            (port / "sm_sl").write_text("0\n")
+            tc = real / "tc" / port.name / "traffic_class"
+            tc.parent.mkdir(parents=True, exist_ok=True)
+            tc.write_text("Global tclass=106\n" if dev.name == "mlx5_0" else "")
+            tcs.append(tc.relative_to(root).as_posix())
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/nccl.conf").write_text("NCCL_IB_TC=106\nNCCL_IB_GID_INDEX=3\n")
+    (root / "sys/module/mlx5_core").mkdir(parents=True, exist_ok=True)
+    (root / "sys/module/mlx5_core/version").write_text("5.8-4.1.5\n")
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (lib / "libibverbs.so.1.14.50.0").write_bytes(b"\x7fELF")
+    os.symlink("libibverbs.so.1.14.50.0", lib / "libibverbs.so.1")
+    dcb_files = sorted((root / recorded.DIR / recorded.DCB).iterdir())
+    dscp = {d: d >> 3 for d in range(64)} | {26: 0}
+    dcb_files[0].write_text(recorded.format_mlnx_qos((3,), "dscp", dscp))
+
+    def snap(at: Path):
+        return collect_once(HostRoot.at(at), AgentConfig(host_root=at))
+
+    before = snap(root)
+    out = tmp_path / "c.tgz"
+    assert _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out))[0] == 0
+    m = _members(out)
+    for rel in [*tcs, "etc/nccl.conf", "sys/module/mlx5_core/version"]:
+        assert m[rel].isfile(), rel
+    assert m["usr/lib/x86_64-linux-gnu/libibverbs.so.1"].issym()
+    assert m["usr/lib/x86_64-linux-gnu/libibverbs.so.1"].linkname == "libibverbs.so.1.14.50.0"
+    replayed = tmp_path / "replayed"
+    replayed.mkdir()
+    unpack(out, replayed)
+    after = snap(replayed)
+
+    def qos(s):
+        return (
+            s.nccl_conf,
+            s.versions,
+            [(h.name, p.port, p.sm_sl, p.tclass) for h in s.hcas for p in h.ports],
+            {n.name: n.pfc.dscp2prio for n in s.netdevs if n.pfc is not None},
+        )
+
+    assert qos(after) == qos(before)
+    assert before.versions.rdma_core == "50.0" and before.nccl_conf is not None
+    assert any(p.tclass is not None and p.tclass.global_tclass == 106 for h in before.hcas for p in h.ports)
+    assert {n.name: n.pfc.dscp2prio for n in before.netdevs if n.pfc is not None}[dcb_files[0].name] == dscp

@@ -21,6 +21,7 @@ from agentd.model import PfcConfig
 from tests.support.fixtures import OUTPUTS
 
 MLNX_QOS = OUTPUTS / "mlnx_qos.eth4-roce-trust-dscp-pfc3.txt"
+DEFAULT_DSCP2PRIO = {d: d >> 3 for d in range(64)}  # mlx5's default map, as the real sample prints it
 
 
 # ---------------------------------------------------------------------------
@@ -204,7 +205,30 @@ def test_live_unknown_interface_is_recorded():
 
 
 def test_real_mlnx_qos_sample():
-    assert parse_mlnx_qos(MLNX_QOS.read_text()) == PfcConfig(enabled=(3,), trust="dscp", source="mlnx_qos")
+    assert parse_mlnx_qos(MLNX_QOS.read_text()) == PfcConfig(enabled=(3,), trust="dscp", source="mlnx_qos", dscp2prio=DEFAULT_DSCP2PRIO)
+
+
+def test_mlnx_qos_dscp2prio_rows_changed_and_tolerant():
+    # the real sample with DSCP 26 moved to priority 0 (mlnx_qos --dscp2prio set,26,0): its
+    # row leaves prio:3 and joins prio:0; trailing spaces and a missing final comma are read too
+    text = MLNX_QOS.read_text()
+    text = text.replace("prio:3 dscp:31,30,29,28,27,26,25,24,", "prio:3 dscp:31,30,29,28,27,25,24,  ")
+    text = text.replace("prio:0 dscp:07,06,05,04,03,02,01,00,", "prio:0 dscp:26,07,06,05,04,03,02,01,00")
+    cfg = parse_mlnx_qos(text)
+    assert cfg is not None and cfg.dscp2prio == {**DEFAULT_DSCP2PRIO, 26: 0}
+
+
+def test_mlnx_qos_dscp2prio_out_of_range_values_skipped():
+    text = MLNX_QOS.read_text().replace("prio:7 dscp:63,62,", "prio:7 dscp:99,63,62,").replace("prio:6 dscp:55,", "prio:9 dscp:55,")
+    cfg = parse_mlnx_qos(text)
+    # DSCP 99 and the row of priority 9 are skipped; the rows after them are still read
+    assert cfg is not None and cfg.dscp2prio == {d: p for d, p in DEFAULT_DSCP2PRIO.items() if p != 6}
+
+
+def test_mlnx_qos_without_dscp2prio_table_is_empty_map():
+    text = "DCBX mode: OS controlled\nPriority trust state: pcp\nPFC configuration:\n\tpriority    0   1   2   3   4   5   6   7\n\tenabled     0   0   0   1   0   0   0   0\n"
+    cfg = parse_mlnx_qos(text)
+    assert cfg is not None and cfg.dscp2prio == {}
 
 
 def test_mlnx_qos_trust_pcp_all_off():
@@ -231,7 +255,7 @@ def test_sim_root_reads_dcb_files(tmp_path):
     (d / "eth5").write_text("not mlnx_qos output\n")
     ctx = ReadContext(HostRoot.at(tmp_path), "dcb")
     out = read_pfc(ctx, ["eth4", "eth5", "eth6"])
-    assert out == {"eth4": PfcConfig(enabled=(3,), trust="dscp", source="mlnx_qos")}  # eth6: not DCB capable
+    assert out == {"eth4": PfcConfig(enabled=(3,), trust="dscp", source="mlnx_qos", dscp2prio=DEFAULT_DSCP2PRIO)}  # eth6: not DCB capable
     assert [(e.path, e.kind) for e in ctx.errors] == [(".agentd-sim/dcb/eth5", "unparsable")]
 
 
@@ -246,7 +270,34 @@ def test_mlx5_dscp_app_entries_mean_dscp_trust_without_trust_table():
     # mlx5 in DSCP trust: 64 APP entries {selector=DSCP(5), priority, protocol=dscp}, no trust table
     apps = b"".join(nla(1, struct.pack("=BBH", 5, dscp // 8, dscp)) for dscp in range(64))
     data = dcb_reply(1, ETS + nla(2, ieee_pfc(8)) + nla(dcb.DCB_ATTR_IEEE_APP_TABLE, apps, nested=True))
-    assert parse_reply(data, 1)[1] == PfcConfig(enabled=(3,), trust="dscp", source="dcbnl")
+    assert parse_reply(data, 1)[1] == PfcConfig(enabled=(3,), trust="dscp", source="dcbnl", dscp2prio=DEFAULT_DSCP2PRIO)
     # an APP table without DSCP entries proves nothing about trust
     other = nla(dcb.DCB_ATTR_IEEE_APP_TABLE, nla(1, struct.pack("=BBH", 1, 3, 0x8915)), nested=True)
     assert parse_reply(dcb_reply(1, nla(2, ieee_pfc(8)) + other), 1)[1].trust is None
+
+
+def test_dcbnl_dscp_map_from_app_table():
+    # DSCP 26 on priority 0, one PCP entry (selector 255) and an EtherType entry (selector 1)
+    # beside the DSCP ones, and entries a kernel would never hold (DSCP 64, priority 8)
+    apps = b"".join(nla(1, struct.pack("=BBH", 5, 0 if dscp == 26 else dscp >> 3, dscp)) for dscp in range(64))
+    apps += nla(1, struct.pack("=BBH", 255, 3, 3)) + nla(1, struct.pack("=BBH", 1, 3, 0x8915))
+    apps += nla(1, struct.pack("=BBH", 5, 3, 64)) + nla(1, struct.pack("=BBH", 5, 8, 10))
+    apps += nla(1, b"\x05\x03")  # a short entry: skipped
+    data = dcb_reply(1, ETS + nla(2, ieee_pfc(8)) + nla(dcb.DCB_ATTR_IEEE_APP_TABLE, apps, nested=True) + TRUST_PCP)
+    cfg = parse_reply(data, 1)[1]
+    assert cfg is not None and cfg.trust == "pcp"  # the trust table decides, the map is still reported
+    assert cfg.dscp2prio == {**DEFAULT_DSCP2PRIO, 26: 0}
+
+
+def test_dcbnl_without_app_table_has_empty_map():
+    cfg = parse_reply(dcb_reply(1, ETS + nla(2, ieee_pfc(8)) + TRUST_DSCP_PCP), 1)[1]
+    assert cfg is not None and cfg.dscp2prio == {}
+
+
+def test_dscp_map_survives_the_recorded_format():
+    # what `agentd capture` writes for a live node's map, read back as a replay reads it
+    from agentd.base import recorded
+
+    live = {**DEFAULT_DSCP2PRIO, 26: 0, 34: 0}
+    cfg = parse_mlnx_qos(recorded.format_mlnx_qos((3,), "dscp", live))
+    assert cfg == PfcConfig(enabled=(3,), trust="dscp", source="mlnx_qos", dscp2prio=live)

@@ -14,7 +14,8 @@ import agentd.host.fs as fs
 from agentd.collection.collector import IB_PARTS, PROBE_TIERS, Collector
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot, ReadContext
-from agentd.host.infiniband import PARTS, read_infiniband
+from agentd.host.infiniband import PARTS, TCLASS_MAX_BYTES, parse_tclass, read_infiniband
+from agentd.model import TclassOverride
 from tests.support.fixtures import SYSFS_TREES, TREES, flattened_copy, writable_copy
 from tests.support.ib_oracles import roce_v2_gid_index
 
@@ -371,9 +372,14 @@ def test_ib_ports_netdevs_and_pci(tmp_path, monkeypatch, device_link):
 def _two_node_kinds(root: Path, node: str) -> None:
     if node == "roce":
         _roce_node(root)
-        _w(next(root.glob("sys/devices/**/ports/1")) / "counters/port_rcv_data", "7\n")
+        pdir = next(root.glob("sys/devices/**/ports/1"))
+        _w(pdir / "counters/port_rcv_data", "7\n")
+        _w(pdir / "sm_sl", "0\n")
+        _w(pdir.parent.parent / "tc/1/traffic_class", "Global tclass=106\n")
     else:
         _ib_node(root, device_link=True)
+        for pdir in root.glob("sys/devices/**/ports/*"):
+            _w(pdir / "sm_sl", "3\n")
 
 
 @pytest.mark.parametrize("node", ["roce", "ib"])
@@ -403,6 +409,8 @@ def test_ib_probes_merge_into_a_full_read(tmp_path, node):
     full, _ = _read(tmp_path)
     assert c.snapshot().hcas == full
     assert full[0].pci_bus_id and full[0].ports[0].netdev and full[0].ports[0].gids and full[0].ports[0].state
+    assert full[0].ports[0].sm_sl is not None
+    assert (full[0].ports[0].tclass is not None) == (node == "roce")  # IB node: no tc/ directory
 
 
 def test_natural_order_and_escaping_entry(tmp_path):
@@ -436,3 +444,89 @@ def test_sub_function_maps_to_its_pci_function(tmp_path):
     (hca,), ctx = _read(tmp_path)
     assert ctx.errors == []
     assert (hca.name, hca.pci_bus_id, hca.numa_node) == ("mlx5_2", "0000:1b:00.0", None)
+
+
+# ---------------------------------------------------------------------------
+# QoS: sm_sl and MLNX_OFED's traffic class override (tc/<port>/traffic_class)
+
+# Published values of the file: "Global tclass=106" (lshca's defaults; `cat
+# /sys/class/infiniband/mlx5_2/tc/1/traffic_class` in a RoCE setup blog), "Global
+# tclass=236" and "Global tclass=160" (NVIDIA NCCL issue comments). Rule lines follow
+# mlx5_ib's traffic_class_show format strings ("src_ip=%pI4,", "dst_ip=%pI4/%d,",
+# "dst_ip6=%pI6,", "tclass=%d\n").
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Global tclass=106\n", TclassOverride(global_tclass=106)),
+        ("Global tclass=236\n", TclassOverride(global_tclass=236)),
+        ("Global tclass=160\n", TclassOverride(global_tclass=160)),
+        ("", TclassOverride()),  # OFED loaded, nothing set
+        (
+            "Global tclass=106\ndst_ip=10.0.0.0/24,tclass=96\nsrc_ip=10.0.0.5,dst_ip=10.0.1.0/24,tclass=104\n",
+            TclassOverride(global_tclass=106, rules=("dst_ip=10.0.0.0/24,tclass=96", "src_ip=10.0.0.5,dst_ip=10.0.1.0/24,tclass=104")),
+        ),
+        ("dst_ip6=fe80:0000:0000:0000:1e34:daff:fe5a:1b2c,tclass=96\n", TclassOverride(rules=("dst_ip6=fe80:0000:0000:0000:1e34:daff:fe5a:1b2c,tclass=96",))),
+    ],
+)
+def test_parse_tclass_shapes(text, expected):
+    assert parse_tclass(text) == expected
+
+
+@pytest.mark.parametrize("text", ["Global tclass=256\n", "Global tclass=x\n", "106\n", "Global tclass=1\nGlobal tclass=2\n", "dst_ip=10.0.0.0/24\n"])
+def test_parse_tclass_refuses_other_shapes(text):
+    with pytest.raises(ValueError):
+        parse_tclass(text)
+
+
+def _tc_node(root: Path, tc: bytes | None) -> Path:
+    _roce_node(root)
+    dev = next(root.glob("sys/devices/**/infiniband/mlx5_0"))
+    _w(dev / "ports/1/sm_sl", "0\n")
+    if tc is not None:
+        (dev / "tc/1").mkdir(parents=True)
+        (dev / "tc/1/traffic_class").write_bytes(tc)
+    return dev
+
+
+def test_tclass_and_sm_sl_read_in_the_qos_part(tmp_path):
+    _tc_node(tmp_path, b"Global tclass=106\n")
+    (hca,), ctx = _read(tmp_path, ("qos",))
+    assert ctx.errors == []
+    port = hca.ports[0]
+    assert (port.sm_sl, port.tclass) == (0, TclassOverride(global_tclass=106))
+    assert port.gids == () and port.counters == {}  # only the part asked for
+    (hca,), _ = _read(tmp_path, ("link",))
+    assert (hca.ports[0].sm_sl, hca.ports[0].tclass) == (None, None)
+
+
+def test_inbox_driver_has_no_tclass_and_no_error(tmp_path):
+    _tc_node(tmp_path, None)
+    (hca,), ctx = _read(tmp_path, ("qos",))
+    assert ctx.errors == [] and hca.ports[0].tclass is None and hca.ports[0].sm_sl == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "detail"),
+    [
+        (b"Global tclass=\xff\xfe\n", "not ASCII"),
+        (b"Global tclass=106\n" * 400, "longer than"),
+        (b"\x00\x01garbage\n", "not a traffic class line"),
+    ],
+)
+def test_hostile_tclass_file_is_an_unparsable_error(tmp_path, data, detail):
+    assert len(b"Global tclass=106\n" * 400) > TCLASS_MAX_BYTES
+    _tc_node(tmp_path, data)
+    (hca,), ctx = _read(tmp_path, ("qos",))
+    assert hca.ports[0].tclass is None and hca.ports[0].sm_sl == 0
+    assert [(e.path.endswith("tc/1/traffic_class"), e.kind) for e in ctx.errors] == [(True, "unparsable")]
+    assert detail in ctx.errors[0].detail
+
+
+def test_tclass_fifo_does_not_hang(tmp_path):
+    dev = _tc_node(tmp_path, None)
+    (dev / "tc/1").mkdir(parents=True)
+    os.mkfifo(dev / "tc/1/traffic_class")
+    (hca,), ctx = _read(tmp_path, ("qos",))
+    assert hca.ports[0].tclass == TclassOverride()  # no writer: read as empty, at once

@@ -70,6 +70,7 @@ def h100_info_from_nvidia_smi() -> NvmlInfo:
                 nvlinks=links,
                 fabric_state=state.group(1).strip().lower(),
                 fabric_status=state.group(2).strip().lower(),
+                vbios_version=field("VBIOS Version"),
             )
         )
     return NvmlInfo(available=True, driver_version=driver, cuda_driver_version=int(major) * 1000 + int(minor) * 10, gpus=tuple(gpus))
@@ -82,6 +83,14 @@ def test_sim_round_trip_real_h100_node(tmp_path):
     ctx = sim_ctx(tmp_path, info.model_dump_json())
     assert read_nvml(ctx) == info
     assert ctx.errors == []
+
+
+def test_sim_vbios_version_per_gpu(tmp_path):
+    # the recorded key, with the value the real H100 dump prints ("VBIOS Version : 96.00.74.00.0D")
+    doc = {"gpus": [{"index": 0, "pci_bus_id": "0000:19:00.0", "vbios_version": "96.00.74.00.0D"}, {"index": 1, "pci_bus_id": "0000:3b:00.0"}]}
+    info = read_nvml(sim_ctx(tmp_path, doc))
+    assert [g.vbios_version for g in info.gpus] == ["96.00.74.00.0D", None]
+    assert h100_info_from_nvidia_smi().gpus[0].vbios_version == "96.00.74.00.0D"
 
 
 def test_sim_accepts_nvidia_smi_bus_ids_and_defaults_available(tmp_path):
@@ -291,6 +300,28 @@ def test_live_pcie_replay_counter(monkeypatch):
     ctx = live_ctx()
     assert read_nvml(ctx).gpus[0].pcie_replay_errors is None
     assert "nvmlDeviceGetPcieReplayCounter(0)" in [e.path for e in ctx.errors]
+
+
+def test_live_vbios_version(monkeypatch):
+    fake = fake_pynvml()
+
+    def vbios(h):
+        if h[1] == 1:
+            raise FakeNVMLError(999)  # any failure: unknown, and no read error
+        return b"96.00.74.00.0D" if h[1] == 0 else "96.00.74.00.0D "
+
+    fake.nvmlDeviceGetVbiosVersion = vbios
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    ctx = live_ctx()
+    g0, g1, g3 = read_nvml(ctx).gpus
+    assert (g0.vbios_version, g1.vbios_version, g3.vbios_version) == ("96.00.74.00.0D", None, "96.00.74.00.0D")  # bytes decoded, str stripped
+    assert g0.nvlinks and g1.nvlinks  # the rest of the GPU is read
+    assert [e.path for e in ctx.errors] == ["nvmlDeviceGetHandleByIndex(2)"]
+
+
+def test_live_without_vbios_api_leaves_it_unknown(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    assert read_nvml(live_ctx()).gpus[0].vbios_version is None
 
 
 def test_live_without_replay_api_leaves_it_unknown(monkeypatch):

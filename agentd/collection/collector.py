@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
-from agentd.host import daemons, dcb, ethtool, infiniband, modules, netdev, nvml, pci, pcie_errors, system
+from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pci, pcie_errors, system, versions
 from agentd.host.fs import HostRoot, ReadContext, replay
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
@@ -38,6 +38,7 @@ from agentd.model import (
     Gpu,
     Hca,
     KernelLog,
+    NcclConf,
     Netdev,
     NodeSnapshot,
     NvmlInfo,
@@ -45,6 +46,7 @@ from agentd.model import (
     PciLinkRead,
     ProbeStatus,
     ReadError,
+    SoftwareVersions,
     SystemInfo,
 )
 
@@ -118,16 +120,31 @@ def _fabric_daemons(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> Fab
     return daemons.read_daemons(ctx)
 
 
+class SystemRead(NamedTuple):
+    """The system probe's output: host identity, and the node's software setup read in the
+    same slow pass (a few small files each; one probe, so no series of its own)."""
+
+    info: SystemInfo
+    nccl_conf: NcclConf | None
+    versions: SoftwareVersions
+
+
+def _system(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> SystemRead:
+    return SystemRead(system.read_system(ctx), ncclconf.read_nccl_conf(ctx), versions.read_versions(ctx))
+
+
 # One InfiniBand read per tier, each with only the parts that tier needs, so every file is
 # read in one tier; assemble() merges the three into one Hca list.
 IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
     "ib": ("link",),  # fast: port state, phys_state, rate, LIDs
     "ib_counters": ("counters",),  # medium
-    "ib_gids": ("gids", "inventory"),  # slow: GID tables, HCA attributes, PCI, NUMA, port netdevs
+    # slow: GID tables, HCA attributes, PCI, NUMA, port netdevs; sm_sl and the mlx5 tclass
+    # override (set by an administrator, rarely changed: not worth a fast-tier read)
+    "ib_gids": ("gids", "inventory", "qos"),
 })
 
 PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec("system", "slow", lambda c, o: system.read_system(c), SystemInfo()),
+    ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions())),
     ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
     ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids")),
     ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), ()),
@@ -164,7 +181,8 @@ def _data(outputs: Mapping[str, ProbeOutput], name: str) -> Any:
 
 def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
     """The HCAs and ports of the fast read (``link``), with the medium read's counters and
-    the slow read's GID tables, port netdevs and HCA inventory (attributes, PCI, NUMA)."""
+    the slow read's GID tables, port netdevs, sm_sl, tclass override and HCA inventory
+    (attributes, PCI, NUMA)."""
     inventory = {h.name: h for h in slow}
     by_counters = {(h.name, p.port): p for h in counters for p in h.ports}
     by_slow = {(h.name, p.port): p for h in slow for p in h.ports}
@@ -181,6 +199,8 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
             if s is not None:
                 upd["gids"] = s.gids
                 upd["netdev"] = s.netdev
+                upd["sm_sl"] = s.sm_sl
+                upd["tclass"] = s.tclass
             ports.append(p.model_copy(update=upd) if upd else p)
         base = inventory.get(h.name, h)  # the link read has no inventory: defaults until slow runs
         numa = base.numa_node if base.numa_node is not None else pci_numa.get(base.pci_bus_id or "")
@@ -247,6 +267,7 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
     hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
     netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"))
     nv = _data(outputs, "nvml")
+    sysread: SystemRead = _data(outputs, "system")
     # Each IB tier lists the same HCA and port directories (and ib, ib_gids both read
     # link_layer): report a bad entry once.
     errors: dict[tuple[str, str], ReadError] = {}
@@ -258,7 +279,7 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         host_root=host_root,
         host_mode=host_mode,
         host_mode_reason=host_mode_reason,
-        system=_data(outputs, "system"),
+        system=sysread.info,
         pci=pci_devs,
         gpus=_gpus(pci_devs, hcas, nv),
         hcas=hcas,
@@ -267,6 +288,8 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         nvml=nv,
         kernel=_data(outputs, "kernel"),
         daemons=_data(outputs, "daemons"),
+        nccl_conf=sysread.nccl_conf,
+        versions=sysread.versions,
         probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
         read_errors=tuple(errors.values()),
     )

@@ -7,7 +7,9 @@ DCB_ATTR_IFNAME. The reply's DCB_ATTR_IEEE nest carries DCB_ATTR_IEEE_PFC
 (``struct ieee_pfc``; bit i of pfc_en = PFC on priority i) and, on kernels >= 6.3 with a
 driver that implements it, DCB_ATTR_DCB_APP_TRUST_TABLE (trusted selectors, highest
 precedence first). Without a trust table (mlx5 implements none), DSCP entries in the APP
-table mean DSCP trust. Netdevs without DCB support answer EOPNOTSUPP: no entry, no error.
+table mean DSCP trust. The APP table's DSCP entries (selector 5) are the DSCP -> priority
+map (``PfcConfig.dscp2prio``). Netdevs without DCB support answer EOPNOTSUPP: no entry, no
+error.
 
 Recorded (a capture or a simulated node): ``.agentd/dcb/<if>`` holds ``mlnx_qos -i <if>``
 output (docs/capture.md). A root without recorded answers has no DCB data: ``{}``.
@@ -44,6 +46,7 @@ IEEE_8021QAZ_APP_SEL_DSCP = 5
 DCB_APP_SEL_PCP = 255
 _NLMSGHDR = struct.Struct("=IHHII")
 _NLATTR = struct.Struct("=HH")
+_DCB_APP = struct.Struct("=BBH")  # struct dcb_app { u8 selector; u8 priority; u16 protocol; }
 REPLY_TIMEOUT_S = 2.0
 SIM_MAX_BYTES = 256 * 1024
 
@@ -116,7 +119,7 @@ def parse_ieee_get(payload: bytes) -> PfcConfig | None:
         raise ValueError("short dcbmsg")
     pfc_en: int | None = None
     trust_table: bytes | None = None
-    dscp_apps = False
+    dscp2prio: dict[int, int] = {}
     for atype, value in iter_attrs(payload[4:]):
         if atype != DCB_ATTR_IEEE:
             continue
@@ -129,8 +132,7 @@ def parse_ieee_get(payload: bytes) -> PfcConfig | None:
             elif itype == DCB_ATTR_DCB_APP_TRUST_TABLE:
                 trust_table = ivalue
             elif itype == DCB_ATTR_IEEE_APP_TABLE:
-                # struct dcb_app { u8 selector; u8 priority; u16 protocol; } per entry
-                dscp_apps = dscp_apps or any(app[:1] == bytes([IEEE_8021QAZ_APP_SEL_DSCP]) for _t, app in iter_attrs(ivalue))
+                dscp2prio.update(_dscp_apps(ivalue))
     if pfc_en is None:
         return None
     if trust_table is not None:
@@ -139,8 +141,22 @@ def parse_ieee_get(payload: bytes) -> PfcConfig | None:
         # mlx5 has no apptrust op; in DSCP trust it installs DSCP APP entries (dscp2prio)
         # and removes them otherwise. Their absence does not prove PCP trust (VFs never
         # install them), so it stays unknown.
-        trust = "dscp" if dscp_apps else None
-    return PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=trust, source="dcbnl")
+        trust = "dscp" if dscp2prio else None
+    return PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=trust, source="dcbnl", dscp2prio=dict(sorted(dscp2prio.items())))
+
+
+def _dscp_apps(table: bytes) -> dict[int, int]:
+    """``{dscp: priority}`` of the DSCP entries (selector 5) of a DCB_ATTR_IEEE_APP_TABLE
+    nest, one ``struct dcb_app`` per attribute. Entries outside DSCP 0-63 or priority 0-7
+    (not a valid mapping) and entries of other selectors are skipped."""
+    out: dict[int, int] = {}
+    for _atype, app in iter_attrs(table):
+        if len(app) < _DCB_APP.size:
+            continue
+        selector, priority, protocol = _DCB_APP.unpack_from(app)
+        if selector == IEEE_8021QAZ_APP_SEL_DSCP and protocol <= 63 and priority <= 7:
+            out[protocol] = priority
+    return out
 
 
 def parse_reply(data: bytes, seq: int) -> tuple[bool, PfcConfig | None]:
@@ -227,6 +243,31 @@ def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, PfcConfig]:
 _TRUST = re.compile(r"^\s*Priority trust (?:state|mode)\s*:\s*(\S+)", re.M)
 
 
+_DSCP2PRIO_ROW = re.compile(r"^\s*prio:\s*(\d{1,3})\s+dscp:\s*([\d,\s]*?)\s*$")
+
+
+def parse_dscp2prio(lines: Sequence[str]) -> dict[int, int]:
+    """``{dscp: priority}`` from the rows after ``dscp2prio mapping:`` in mlnx_qos output
+    (``        prio:3 dscp:31,30,29,28,27,26,25,24,``; a trailing comma or spaces are
+    tolerated). Rows end at the first line of another shape; values outside DSCP 0-63 or
+    priority 0-7 are skipped."""
+    out: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        if line.strip() != "dscp2prio mapping:":
+            continue
+        for row in lines[i + 1 : i + 1 + 64]:
+            m = _DSCP2PRIO_ROW.match(row)
+            if m is None:
+                break
+            prio = int(m.group(1))
+            for d in m.group(2).replace(" ", "").split(","):
+                dscp = parse_decimal(d, max_digits=3)
+                if dscp is not None and dscp <= 63 and prio <= 7:
+                    out[dscp] = prio
+        break
+    return dict(sorted(out.items()))
+
+
 def parse_mlnx_qos(text: str) -> PfcConfig | None:
     """PfcConfig from ``mlnx_qos -i <if>`` output; None when there is no PFC table."""
     m = _TRUST.search(text)
@@ -248,7 +289,7 @@ def parse_mlnx_qos(text: str) -> PfcConfig | None:
                 if len(flags) != len(prios) or not all(f in ("0", "1") for f in flags) or not all(n is not None and n <= 7 for n in numbers):
                     return None  # priorities are 0-7
                 enabled = tuple(sorted({n for n, f in zip(numbers, flags) if f == "1" and n is not None}))
-                return PfcConfig(enabled=enabled, trust=trust, source="mlnx_qos")
+                return PfcConfig(enabled=enabled, trust=trust, source="mlnx_qos", dscp2prio=parse_dscp2prio(lines))
         return None
     return None
 

@@ -12,6 +12,10 @@ keep their defaults:
 - ``gids``: each port's GID table.
 - ``inventory``: the HCA's attributes (hca_type, fw_ver, board_id, node_guid), PCI
   function, NUMA node and driver, and each port's netdev.
+- ``qos``: each port's ``sm_sl`` and the MLNX_OFED/DOCA mlx5_ib traffic class override
+  (``<dev>/tc/<port>/traffic_class``: "Global tclass=N" when set, then one line per
+  per-address rule ending in ",tclass=N"; empty when nothing is set). Inbox drivers have
+  no ``tc/`` directory: ``IbPort.tclass`` None, no error.
 
 Cost: a node has ~10 HCAs and a RoCE port up to 255 GID slots, so files are opened only
 when needed: attributes of a GID (``gid_attrs/types``, ``ndevs``) only for non-empty
@@ -22,6 +26,7 @@ older kernels costs a firmware query each).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +35,7 @@ from agentd.base.ids import is_bdf, natural_key
 from agentd.host import ibparse
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.host.netdev import bdf_of_class_path, link_bdf
-from agentd.model import Gid, Hca, IbPort
+from agentd.model import Gid, Hca, IbPort, TclassOverride
 
 CLASS_IB = "sys/class/infiniband"
 
@@ -41,8 +46,13 @@ _HW_COUNTERS_SKIP = frozenset({"lifespan"})  # a refresh interval, not a counter
 # MAC-derived GIDs sit at the start of the table).
 _NDEV_PROBE_SLOTS = 4
 
-Part = Literal["link", "counters", "gids", "inventory"]
-PARTS: frozenset[Part] = frozenset(("link", "counters", "gids", "inventory"))
+# tc/<port>/traffic_class is a sysfs attribute: at most a page. More is not that file.
+TCLASS_MAX_BYTES = 4096
+_GLOBAL_TCLASS = re.compile(r"Global tclass=(\d{1,3})")
+_RULE_TCLASS = re.compile(r"\S*(?:^|,)tclass=(\d{1,3})")
+
+Part = Literal["link", "counters", "gids", "inventory", "qos"]
+PARTS: frozenset[Part] = frozenset(("link", "counters", "gids", "inventory", "qos"))
 
 
 def read_infiniband(ctx: ReadContext, parts: Iterable[Part] = PARTS) -> tuple[Hca, ...]:
@@ -109,6 +119,8 @@ def _read_hca(ctx: ReadContext, name: str, parts: frozenset[Part]) -> Hca | None
     ports = []
     for port, pname in _numbered(ctx.listdir(f"{entry}/ports", required=True)):
         ports.append(_read_port(ctx, f"{entry}/ports/{pname}", port, netdevs, parts))
+    if "qos" in parts:
+        ports = [p.model_copy(update={"tclass": read_tclass(ctx, f"{entry}/tc/{p.port}/traffic_class")}) for p in ports]
     return Hca(name=name, ports=tuple(ports), **inventory)
 
 
@@ -157,6 +169,8 @@ def _read_port(ctx: ReadContext, pdir: str, port: int, netdevs: _PciNetdevs, par
         fields.update(rate_raw=rate_raw, rate_gbps=gbps, width=width, generation=gen)
         fields["lid"] = ctx.integer(f"{pdir}/lid", base=16)
         fields["sm_lid"] = ctx.integer(f"{pdir}/sm_lid", base=16)
+    if "qos" in parts:
+        fields["sm_sl"] = ctx.integer(f"{pdir}/sm_sl")
     if "counters" in parts:
         fields["counters"] = _read_counters(ctx, pdir, _COUNTER_DIRS)
         fields["hw_counters"] = _read_counters(ctx, pdir, ("hw_counters",), skip=_HW_COUNTERS_SKIP)
@@ -176,6 +190,46 @@ def _read_port(ctx: ReadContext, pdir: str, port: int, netdevs: _PciNetdevs, par
             netdev = next((g.netdev for g in gid_table if g.netdev), None)
         fields["netdev"] = netdev
     return IbPort(port=port, **fields)
+
+
+def parse_tclass(text: str) -> TclassOverride:
+    """A ``traffic_class`` file's text (mlx5_ib's traffic_class_show) as a TclassOverride.
+    ValueError for a line of another shape or a class outside 0-255."""
+    global_tclass: int | None = None
+    rules: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        m = _GLOBAL_TCLASS.fullmatch(line)
+        rule = None if m is not None else _RULE_TCLASS.fullmatch(line)
+        value = m or rule
+        if value is None or int(value.group(1)) > 255:
+            raise ValueError(f"not a traffic class line: {line[:60]!r}")
+        if m is not None:
+            if global_tclass is not None:
+                raise ValueError("two Global tclass lines")
+            global_tclass = int(m.group(1))
+        else:
+            rules.append(line)
+    return TclassOverride(global_tclass=global_tclass, rules=tuple(rules))
+
+
+def read_tclass(ctx: ReadContext, path: str) -> TclassOverride | None:
+    """The port's traffic class override; None when the file is absent (inbox driver) or
+    does not read as one (an ``unparsable`` error)."""
+    data = ctx.raw(path, max_bytes=TCLASS_MAX_BYTES + 1)
+    if data is None:
+        return None
+    try:
+        if len(data) > TCLASS_MAX_BYTES:
+            raise ValueError(f"longer than {TCLASS_MAX_BYTES} bytes")
+        return parse_tclass(data.decode("ascii"))
+    except UnicodeDecodeError:
+        ctx.error(path, "unparsable", "not ASCII text")
+    except ValueError as e:
+        ctx.error(path, "unparsable", str(e))
+    return None
 
 
 def _numbered(names: list[str]) -> list[tuple[int, str]]:

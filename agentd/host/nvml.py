@@ -377,6 +377,9 @@ class _Live:
             fields["name"] = None if name is None else _text(name)
             uuid = self.call(f"nvmlDeviceGetUUID({i})", lambda: nv.nvmlDeviceGetUUID(h))
             fields["uuid"] = None if uuid is None else _text(uuid)
+            # Optional: a GPU or driver that cannot tell its VBIOS is no read error.
+            vbios = self.opt(lambda: nv.nvmlDeviceGetVbiosVersion(h)) if hasattr(nv, "nvmlDeviceGetVbiosVersion") else None
+            fields["vbios_version"] = (_text(vbios).strip() or None) if vbios is not None else None
             max_links = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
             links = [link for link in (self.link(h, n, i) for n in range(max_links)) if link is not None]
             fields["nvlinks"] = tuple(self.link_fields(h, links))

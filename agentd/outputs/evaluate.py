@@ -73,7 +73,7 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
     return replace(ev, render=r, nccl_env=r.env.items(), nccl_problems=tuple(r.problems), nccl_file_problems=r.file_problems)
 
 
-_CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "kernel", "read_errors")
+_CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "kernel", "nccl_conf", "versions", "read_errors")
 
 
 def _probe_flags(snap: NodeSnapshot) -> tuple[tuple[str, bool, bool, bool], ...]:
