@@ -251,9 +251,10 @@ def test_a_capture_keeps_the_qos_chain_and_version_inputs(tmp_path, capsys):
     (root / "sys/module/mlx5_core").mkdir(parents=True, exist_ok=True)
     (root / "sys/module/mlx5_core/version").write_text("5.8-4.1.5\n")
     lib = root / "usr/lib/x86_64-linux-gnu"
-    lib.mkdir(parents=True)
-    (lib / "libibverbs.so.1.14.50.0").write_bytes(b"\x7fELF")
-    os.symlink("libibverbs.so.1.14.50.0", lib / "libibverbs.so.1")
+    lib.mkdir(parents=True, exist_ok=True)
+    (lib / "libibverbs.so.1.14.48.0").write_bytes(b"\x7fELF")  # another version than the simulator's
+    (lib / "libibverbs.so.1").unlink(missing_ok=True)
+    os.symlink("libibverbs.so.1.14.48.0", lib / "libibverbs.so.1")
     dcb_files = sorted((root / recorded.DIR / recorded.DCB).iterdir())
     dscp = {d: d >> 3 for d in range(64)} | {26: 0}
     dcb_files[0].write_text(recorded.format_mlnx_qos((3,), "dscp", dscp))
@@ -268,7 +269,7 @@ def test_a_capture_keeps_the_qos_chain_and_version_inputs(tmp_path, capsys):
     for rel in [*tcs, "etc/nccl.conf", "sys/module/mlx5_core/version"]:
         assert m[rel].isfile(), rel
     assert m["usr/lib/x86_64-linux-gnu/libibverbs.so.1"].issym()
-    assert m["usr/lib/x86_64-linux-gnu/libibverbs.so.1"].linkname == "libibverbs.so.1.14.50.0"
+    assert m["usr/lib/x86_64-linux-gnu/libibverbs.so.1"].linkname == "libibverbs.so.1.14.48.0"
     replayed = tmp_path / "replayed"
     replayed.mkdir()
     unpack(out, replayed)
@@ -283,6 +284,6 @@ def test_a_capture_keeps_the_qos_chain_and_version_inputs(tmp_path, capsys):
         )
 
     assert qos(after) == qos(before)
-    assert before.versions.rdma_core == "50.0" and before.nccl_conf is not None
+    assert before.versions.rdma_core == "48.0" and before.nccl_conf is not None
     assert any(p.tclass is not None and p.tclass.global_tclass == 106 for h in before.hcas for p in h.ports)
     assert {n.name: n.pfc.dscp2prio for n in before.netdevs if n.pfc is not None}[dcb_files[0].name] == dscp

@@ -112,7 +112,7 @@ class RoceChain:
         if self.priority is not None:
             pfc = "unknown" if self.pfc is None else "on" if self.pfc else "off"
             ecn = "unknown" if self.ecn is None else "on" if self.ecn else "off"
-            parts.append(f"PFC {pfc}, ECN {ecn} on priority {self.priority}")
+            parts.append(f"PFC {pfc} and ECN {ecn} for priority {self.priority}")
         return " -> ".join(parts)
 
 

@@ -86,7 +86,7 @@ def test_dscp_mapped_to_a_lossy_priority_is_critical():
     assert f.severity == "critical"
     assert f.message.startswith("RDMA traffic runs on priority 0 without PFC: NCCL_IB_TC 106 (nccl.ib_tc)")
     for link in ("traffic class 106 = DSCP 26", "trust dscp on eth2: dscp2prio 26 -> priority 0",
-                 "PFC off, ECN off on priority 0", "roce.priority 3"):
+                 "PFC off and ECN off for priority 0", "roce.priority 3"):
         assert link in f.message
     assert "mlnx_qos -i eth2 --dscp2prio set,26,3" in f.remediation
     assert qos_codes(check_roce_qos(inp(s, config=TC106))) == [("critical", "roce.qos.lossy", "eth2")]
@@ -101,7 +101,7 @@ def test_lossy_needs_require_pfc_and_then_is_a_mismatch():
 def test_ecn_off_on_the_effective_priority_is_critical():
     s = mapped(roce(), "eth2", 26, 5, enabled=(3, 5))
     f = one(check_roce_qos(inp(s, config=TC106)), "roce.qos.ecn_off", "eth2")
-    assert f.severity == "critical" and "priority 5 with ECN off" in f.message and "PFC on, ECN off on priority 5" in f.message
+    assert f.severity == "critical" and "priority 5 with ECN off" in f.message and "PFC on and ECN off for priority 5" in f.message
     assert "roce.priority 3" in f.message and "--dscp2prio set,26,3" in f.remediation
 
 
@@ -110,7 +110,7 @@ def test_priority_mismatch_with_pfc_and_ecn_on_is_a_warning():
     s = with_netdev(s, "eth2", ecn=RoceEcn(np={p: p in (3, 5) for p in range(8)}, rp={p: p in (3, 5) for p in range(8)}))
     findings = check_roce_qos(inp(s, config=TC106))
     f = one(findings, "roce.qos.priority_mismatch", "eth2")
-    assert f.severity == "warning" and "priority 5, not roce.priority 3" in f.message and "PFC on, ECN on on priority 5" in f.message
+    assert f.severity == "warning" and "priority 5, not roce.priority 3" in f.message and "PFC on and ECN on for priority 5" in f.message
     assert qos_codes(findings) == [("warning", "roce.qos.priority_mismatch", "eth2")]
 
 
@@ -237,9 +237,9 @@ def test_rdma_on_a_priority_without_pfc_is_critical():
     s1 = sent(s0, "mlx5_2", "eth2", 10, rdma_bytes=4_000_000_000, per_prio={0: 4_000_000_000, 3: 1000})
     f = one(check_roce_qos(inp(s1, [s0])), "roce.qos.lossy_traffic", "eth2")
     assert f.severity == "critical"
-    assert "mlx5_2 port 1 sends RDMA at 400000000 B/s (port_xmit_data x 4)" in f.message
+    assert "mlx5_2 port 1 sends RDMA at 400 MB/s (port_xmit_data x 4)" in f.message
     assert "only 100 B/s is counted on PFC priorities" in f.message
-    assert "priority 0 (no PFC) carries 400000000 B/s on eth2" in f.message and "NCCL_IB_TC not set" in f.message
+    assert "priority 0 (no PFC) carries 400 MB/s on eth2" in f.message and "NCCL_IB_TC not set" in f.message
     assert "move it to priority 3" in f.remediation
     assert problems(run_checks(inp(s1, [s0]))) == [("critical", "roce.qos.lossy_traffic", "eth2")]
 
@@ -295,7 +295,7 @@ def test_lossy_traffic_on_a_bond_sums_its_slaves():
     s1 = sent(s0, "mlx5_0", "eth0", 0, rdma_bytes=4_000_000_000, per_prio={3: 1_000_000_000})
     s1 = later(with_ethtool(s1, "eth9", tx_prio0_bytes=3_000_000_000), 10)
     f = one(check_roce_qos(inp(s1, [s0])), "roce.qos.lossy_traffic", "eth9")
-    assert "only 100000000 B/s is counted on PFC priorities" in f.message and "priority 0 (no PFC) carries 300000000" in f.message
+    assert "only 100 MB/s is counted on PFC priorities" in f.message and "priority 0 (no PFC) carries 300 MB/s" in f.message
     s1 = sent(s0, "mlx5_0", "eth0", 0, rdma_bytes=4_000_000_000, per_prio={3: 2_000_000_000})
     s1 = later(with_ethtool(s1, "eth9", tx_prio3_bytes=1_000_000_000, tx_prio0_bytes=1_000_000_000), 10)
     assert check_roce_qos(inp(s1, [s0])) == []

@@ -64,7 +64,7 @@ def test_chain_dscp_trust():
     assert (c.tc, c.dscp, c.tc_source, c.trust, c.priority, c.pfc, c.ecn, c.configured) == (
         106, 26, "nccl.ib_tc", "dscp", 3, True, True, True)
     assert c.describe() == ("NCCL_IB_TC 106 (nccl.ib_tc) -> traffic class 106 = DSCP 26 -> trust dscp on eth0: "
-                            "dscp2prio 26 -> priority 3 -> PFC on, ECN on on priority 3")
+                            "dscp2prio 26 -> priority 3 -> PFC on and ECN on for priority 3")
 
 
 def test_chain_override_wins_and_ecn_states():

@@ -232,8 +232,8 @@ def _lossy_traffic(inp: CheckInput, window: list[NodeSnapshot], chains: list[Roc
         c = next(x for x in port_chains if x.netdev == name)
         out.append(finding(
             "roce.qos.lossy_traffic", "critical", netdev_subject(name),
-            f"{hca} port {p.port} sends RDMA at {fmt(r.rdma)} B/s ({r.rdma_source}) but only {fmt(r.pfc)} B/s is "
-            f"counted on PFC priorities; priority {prio} (no PFC) carries {fmt(rate)} B/s on {name} "
+            f"{hca} port {p.port} sends RDMA at {_bytes_rate(r.rdma)} ({r.rdma_source}) but only {_bytes_rate(r.pfc)} is "
+            f"counted on PFC priorities; priority {prio} (no PFC) carries {_bytes_rate(rate)} on {name} "
             f"(over {fmt(inp.config.thresholds.short_rate_window_s)} s); chain as configured: {c.describe()}",
             f"the traffic runs lossy: find which link puts it on priority {prio} (a job's own NCCL_IB_TC/NCCL_IB_SL, "
             f"the global tclass in {_tclass_path(c)}, the trust mode and dscp2prio map: `mlnx_qos -i {name}`) "
@@ -241,6 +241,14 @@ def _lossy_traffic(inp: CheckInput, window: list[NodeSnapshot], chains: list[Roc
             measured=rate, expected=limit,
         ))
     return out
+
+
+def _bytes_rate(v: float) -> str:
+    """12.5e9 -> '12.5 GB/s' (decimal units, as link rates are given)."""
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if abs(v) >= scale:
+            return f"{fmt(v / scale)} {unit}"
+    return f"{fmt(v)} B/s"
 
 
 def check_roce_qos(inp: CheckInput) -> list[Finding]:
