@@ -9,7 +9,7 @@ from agentd.base.escape import printable
 from agentd.judging.findings import finding_line
 from agentd.judging.placement import Placement
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, NodeSnapshot, counted, overall_status, sort_findings
+from agentd.model import Finding, NodeSnapshot, TclassOverride, counted, overall_status, sort_findings
 from agentd.outputs.maintenance import Maintenance, maintenance_doc, maintenance_line
 
 
@@ -58,6 +58,8 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str,
                         "gids": [gid.model_dump(mode="json") for gid in p.gids],
                         "counters": dict(p.counters),
                         "hw_counters": dict(p.hw_counters),
+                        "sm_sl": p.sm_sl,
+                        "tclass": None if p.tclass is None else p.tclass.model_dump(mode="json"),
                     }
                     for p in h.ports
                 ],
@@ -75,6 +77,8 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str,
         "pci": [d.model_dump(mode="json") for d in snap.pci],
         "kernel": snap.kernel.model_dump(mode="json"),
         "daemons": snap.daemons.model_dump(mode="json"),
+        "nccl_conf": None if snap.nccl_conf is None else snap.nccl_conf.model_dump(mode="json"),
+        "versions": snap.versions.model_dump(mode="json"),
         "probes": [p.model_dump(mode="json") for p in snap.probes],
         "read_errors": [e.model_dump(mode="json") for e in snap.read_errors],
     }
@@ -103,6 +107,14 @@ def _booted(at: float | None, taken_at: float | None) -> str:
     return f"{when}, up {f'{d}d {h}h' if d else f'{h}h {m}m' if h else f'{m}m {up % 60}s'}"
 
 
+def _tclass(t: TclassOverride | None) -> str:
+    """The port's mlx5 tclass override: "-" (no tc file), "none", "106", "106 +2 rules"."""
+    if t is None:
+        return "-"
+    shown = "none" if t.global_tclass is None else str(t.global_tclass)
+    return f"{shown} +{len(t.rules)} rules" if t.rules else shown
+
+
 def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     out: list[str] = []
     sysi = snap.system
@@ -117,6 +129,12 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
         f"kernel {_s(g.kernel_release)}  nvidia_peermem {'loaded' if g.peermem_loaded else 'not loaded'}  "
         f"NVML {'ok' if snap.nvml.available else 'unavailable: ' + _s(snap.nvml.error)}"
     )
+    v = snap.versions
+    if v.mlx5_core or v.rdma_core:
+        out.append(f"rdma stack: mlx5_core {v.mlx5_core or 'inbox (no version file)'}  rdma-core {_s(v.rdma_core)}")
+    if snap.nccl_conf is not None:
+        shown = " ".join(f"{k}={val}" for k, val in sorted(snap.nccl_conf.variables.items())) or "no NCCL_* variables"
+        out.append(f"/{snap.nccl_conf.path}: {shown}")
     k = snap.kernel
     if k.available:
         out.append(f"kernel log {k.source}: {k.records} records, {len(k.events)} recent events ({', '.join(sorted({f'{e.kind} {e.code}' for e in k.events})) or 'none'})")
@@ -140,7 +158,7 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     out.extend(_table(rows) if snap.gpus else ["no GPUs"])
     out.append("")
     mtu = {n.name: n.mtu for n in snap.netdevs}
-    rows = [["HCA", "PORT", "ROLE", "TYPE", "BUS ID", "NUMA", "STATE", "PHYS", "RATE", "WIDTH", "LAYER", "NETDEV", "MTU"]]
+    rows = [["HCA", "PORT", "ROLE", "TYPE", "BUS ID", "NUMA", "STATE", "PHYS", "RATE", "WIDTH", "LAYER", "NETDEV", "MTU", "TCLASS"]]
     for h in snap.hcas:
         role = "-" if roles is None else ("compute" if roles.is_compute(h.name) else "other")
         for p in h.ports:
@@ -148,10 +166,11 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
                 h.name, str(p.port), role, _s(h.hca_type), _s(h.pci_bus_id), _s(h.numa_node), _s(p.state), _s(p.phys_state),
                 f"{p.rate_gbps:g}G" if p.rate_gbps is not None else "-",
                 f"{p.width}X" if p.width else "-", _s(p.link_layer), _s(p.netdev), _s(mtu.get(p.netdev) if p.netdev else None),
+                _tclass(p.tclass),
             ])
     out.extend(_table(rows) if snap.hcas else ["no RDMA devices"])
     out.append("")
-    rows = [["NETDEV", "MTU", "STATE", "CARRIER", "SPEED", "BUS ID", "ECN(np/rp prios)", "PFC"]]
+    rows = [["NETDEV", "MTU", "STATE", "CARRIER", "SPEED", "BUS ID", "ECN(np/rp prios)", "PFC", "TRUST"]]
     for n in snap.netdevs:
         if n.is_virtual and n.name == "lo":
             continue
@@ -161,7 +180,8 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
             rp_on = ",".join(str(p) for p, on in sorted(n.ecn.rp.items()) if on) or "none"
             ecn = f"{np_on}/{rp_on}"
         pfc = "-" if n.pfc is None else (",".join(map(str, n.pfc.enabled)) or "none")
-        rows.append([n.name, _s(n.mtu), _s(n.operstate), _s(n.carrier), _s(n.speed_mbps), _s(n.pci_bus_id), ecn, pfc])
+        rows.append([n.name, _s(n.mtu), _s(n.operstate), _s(n.carrier), _s(n.speed_mbps), _s(n.pci_bus_id), ecn, pfc,
+                     "-" if n.pfc is None else _s(n.pfc.trust)])
     out.extend(_table(rows))
     if snap.read_errors:
         out.append("")

@@ -67,6 +67,12 @@ EXPECT = {
     "c2c_down": ("gb200-nvl", "c2c_down@gpu1", ("nvlink.c2c.down", "critical", "gpu1")),
     "fm_down": ("h100-ib", "fm_down", ("fabric.manager.down", "critical", "node")),
     "imex_down": ("gb200-nvl", "imex_down", ("fabric.imex.down", "critical", "node")),
+    # issue 17: the RoCE QoS chain (the profile's /etc/nccl.conf sets NCCL_IB_TC=106: DSCP 26, priority 3)
+    "tclass_override": (ROCE, "tclass_override", ("roce.qos.tclass_override", "warning", "mlx5_0:1")),
+    "trust_pcp": (ROCE, "trust_pcp", ("roce.qos.trust_mismatch", "warning", "ens1np0")),
+    "dscp_map_lossy": (ROCE, "dscp_map_lossy", ("roce.qos.lossy", "critical", "ens1np0")),
+    "nccl_tc_mismatch": (ROCE, "nccl_tc_mismatch", ("roce.qos.lossy", "critical", "ens1np0")),
+    "roce_lossy_traffic": (ROCE, "roce_lossy_traffic", ("roce.qos.lossy_traffic", "critical", "ens1np0")),
 }
 # Kinds whose finding needs configuration beyond the defaults: [section] -> settings.
 CONFIG = {"imex_down": {"fabric": {"imex": True}}}
@@ -75,6 +81,9 @@ GDR_PATH_MEASURED = {"peermem_gone": "dmabuf", "dmabuf_only": "dmabuf"}
 # link_downed jumping from its value to 255 between two collections is read as (at
 # least) that many link-down events: flapping (critical) beside the saturation warning.
 STATUS_OVERRIDE = {"counter_saturated": "critical"}
+# The override (tclass 0) and pcp trust (SL 0) put the traffic on priority 0, where PFC
+# is off: roce.qos.lossy (critical) beside the warning that names the broken link.
+STATUS_OVERRIDE |= {"tclass_override": "critical", "trust_pcp": "critical"}
 
 
 def config(root: Path, kind: str | None = None) -> AgentConfig:

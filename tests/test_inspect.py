@@ -140,6 +140,11 @@ FAULTS = {
     # "daemons" section lists what runs.
     "fm_down": ("h100-ib", lambda d: d["daemons"]["complete"] and "nv-fabricmanager" not in d["daemons"]["running"]),
     "imex_down": ("gb200-nvl", lambda d: d["daemons"]["complete"] and "nvidia-imex" not in d["daemons"]["running"]),
+    "tclass_override": ("h100-roce", lambda d: port(d)["tclass"] == {"global_tclass": 0, "rules": []}),
+    "trust_pcp": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["pfc"]["trust"] == "pcp"),
+    "dscp_map_lossy": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["pfc"]["dscp2prio"]["26"] == 0),
+    "nccl_tc_mismatch": ("h100-roce", lambda d: d["nccl_conf"]["variables"]["NCCL_IB_TC"] == "0"),
+    "roce_lossy_traffic": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["ethtool"]["tx_prio0_bytes"] >= 10**11),
 }
 
 # Fields a real link also advances (the fault moves counters forward, clearing does not
@@ -147,7 +152,7 @@ FAULTS = {
 VOLATILE = ("taken_at", "probes")
 # Faults that only advance counters: the counters stay where they are after clearing (a
 # rate over time clears the finding, which the daemon tests cover).
-COUNTER_FAULTS = {"flapping", "nvlink_errors", "pause_storm", "aer_uncorrectable", "aer_correctable", "pcie_replay"}
+COUNTER_FAULTS = {"roce_lossy_traffic", "flapping", "nvlink_errors", "pause_storm", "aer_uncorrectable", "aer_correctable", "pcie_replay"}
 # Faults that print to the kernel log: a log only grows, clearing leaves the lines.
 LOG_FAULTS = {"xid", "fell_off_bus_multiline", "mlx5_cmd_timeout"}
 

@@ -92,7 +92,7 @@ PROFILE_CONFIG = {"gb200-nvl": "\n[fabric]\nimex = true\n"}
 @dataclass(frozen=True)
 class Case:
     area: tuple[str, Area]  # (what the metric shows, predicate)
-    leaves: str | None = None  # the port that must leave NCCL_IB_HCA while faulted
+    leaves: str | None = None  # the port that must leave NCCL_IB_HCA while faulted ("*": every port, the variable goes)
     spec: str | None = None  # instead of EXPECT's spec
     codes: tuple[int, ...] = ()  # instead of 503 for critical, 200 otherwise
     reset_counters: bool = False  # recovery needs the advanced counters reset (see module doc)
@@ -164,6 +164,15 @@ CASES: dict[str, Case] = {
     "nvlink_slow": Case(("nvlink_links_slow{gpu0} 1", _eq("agentd_nvlink_links_slow", 1, gpu="0")), note="a warning: the domain's other links are at full speed"),
     "c2c_down": Case(("gpu_c2c_link_up{gpu1,link0} 0", _eq("agentd_gpu_c2c_link_up", 0, gpu="1", link="0"))),
     "fm_down": Case(("fabric_daemon_up{nv-fabricmanager} 0", _eq("agentd_fabric_daemon_up", 0, daemon="nv-fabricmanager"))),
+    "tclass_override": Case(("roce_qos_info{tc_source override, priority 0}", _eq("agentd_roce_qos_info", 1, netdev="ens1np0", tc_source="override", priority="0")),
+                            leaves="mlx5_0:1", codes=(503,), note="Global tclass=0 on mlx5_0: DSCP 0, priority 0 without PFC (roce.qos.lossy beside it)"),
+    "trust_pcp": Case(("roce_qos_info{trust pcp, priority 0}", _eq("agentd_roce_qos_info", 1, netdev="ens1np0", trust="pcp", priority="0")),
+                      leaves="mlx5_0:1", codes=(503,), note="pcp trust: the SL (0) is the priority, PFC off there (roce.qos.lossy beside it)"),
+    "dscp_map_lossy": Case(("roce_qos_info{dscp 26, priority 0}", _eq("agentd_roce_qos_info", 1, netdev="ens1np0", dscp="26", priority="0")), leaves="mlx5_0:1"),
+    "nccl_tc_mismatch": Case(("roce_qos_info{tc 0 from /etc/nccl.conf}", _eq("agentd_roce_qos_info", 1, netdev="ens1np0", tc="0", tc_source="/etc/nccl.conf")),
+                             leaves="*", note="node-wide: every RoCE port's chain ends on priority 0, NCCL_IB_HCA is left out"),
+    "roce_lossy_traffic": Case(("roce_priority_bytes_total{transmitted, other} +1e11", _rose("agentd_roce_priority_bytes_total", 10**11, netdev="ens1np0", priority="other", direction="transmitted")),
+                               leaves="mlx5_0:1", reset_counters=True, recovery="counters reset", note="60 s rate window: recovered after the counters reset"),
     "imex_down": Case(("fabric_daemon_up{nvidia-imex} 0", _eq("agentd_fabric_daemon_up", 0, daemon="nvidia-imex")), note="[fabric] imex = true on this daemon"),
 }
 # Rows beside one per kind: an application XID must leave the node ok (issue 14).
@@ -233,7 +242,7 @@ def test_fault_on_the_running_daemon(kind, matrix):
     log_at = a.log_size()
     want = (code, severity, subject)
     seen = {"health": None, "metric": False, "area": False, "left": False}
-    rest = [p for p in hca_before if p != case.leaves]
+    rest = [] if case.leaves == "*" else [p for p in hca_before if p != case.leaves]
 
     def left() -> bool:  # some faults are critical only for a window: remember what was seen
         seen["left"] = seen["left"] or ib_hca(env) == rest
@@ -275,7 +284,8 @@ def test_fault_on_the_running_daemon(kind, matrix):
 
         if case.leaves:
             files_ok = poll(left, REACT_S)
-            row["NCCL files"] = f"{case.leaves} left NCCL_IB_HCA" if files_ok else f"NO: NCCL_IB_HCA={ib_hca(env)}"
+            gone = "every port" if case.leaves == "*" else case.leaves
+            row["NCCL files"] = f"{gone} left NCCL_IB_HCA" if files_ok else f"NO: NCCL_IB_HCA={ib_hca(env)}"
             assert files_ok, env.read_text() + "\n" + a.events_since(log_at, "file.", "finding.", "probe.")
         else:
             time.sleep(1.2)  # a few cycles (slow tier included) in which a wrong rewrite would happen
