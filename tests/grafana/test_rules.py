@@ -104,3 +104,27 @@ def test_every_alert_has_a_firing_and_a_not_firing_unit_test():
         if not any(name == rule["alert"] and want <= set(labels) for name, labels in firing):
             missing_firing.append(f"{rule['alert']} {rule['labels']}")
     assert not missing_firing, f"rule variants without a firing case: {missing_firing}"
+
+
+@needs_promtool
+def test_fleet_peer_label_is_configurable_with_the_documented_sed(tmp_path):
+    """The peer group is the `cluster` label; grafana/README.md says to replace it from the
+    `# fleet-peers` marker to the end of the file. Done that way (to `pool`), with the unit
+    tests' series relabelled the same, every fleet test still passes: nothing else in the
+    group depends on the label's name."""
+    import re
+
+    text = RULES.read_text()
+    at = text.index("# fleet-peers")
+    assert text[at:].count("cluster") >= 5  # the group does use the label
+    (tmp_path / "agentd.rules.yml").write_text(text[:at] + re.sub(r"\bcluster\b", "pool", text[at:]))
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    fleet = next(p for p in RULE_TESTS if p.name == "agentd_fleet_test.yml")
+    (tests / fleet.name).write_text(re.sub(r"\bcluster\b", "pool", fleet.read_text()))
+    res = subprocess.run([PROMTOOL, "test", "rules", fleet.name], cwd=tests, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # and the relabelled tests do fail against the unchanged rules (the label matters)
+    (tmp_path / "agentd.rules.yml").write_text(text)
+    res = subprocess.run([PROMTOOL, "test", "rules", fleet.name], cwd=tests, capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0
