@@ -53,3 +53,25 @@ def test_real_tree_flattened_reads_without_exception(tree, tmp_path):
     root = flattened_copy(SYSFS_TREES / tree, tmp_path / tree)
     snap = collect_once(HostRoot.at(root), AgentConfig(host_root=root))
     assert snap.hcas
+
+
+def test_real_tree_versions_and_expectations():
+    """The fingerprint's HCA firmware from a real tree's fw_ver files (issue 17): gpud's
+    H100 node has eight ConnectX-7 at 28.41.1000 and a BlueField-3 bond at 32.38.3056,
+    which is not compute and so not part of the field. [expect] versions judges it."""
+    from agentd.judging.fingerprint import versions
+
+    root = SYSFS_TREES / "gpud-h100-ndr"
+    cfg = AgentConfig(host_root=root)
+    snap = collect_once(HostRoot.at(root), cfg)
+    j = judge(snap, (), cfg, None)
+    assert versions(snap, j.roles)["hca_fw"] == "28.41.1000"
+
+    def version_findings(spec: str) -> set[tuple[str, str, str]]:
+        c = AgentConfig.model_validate({"host_root": root, "expect": {"versions": {"hca_fw": spec}}})
+        return {(f.code, f.severity, f.subject) for f in judge(snap, (), c, None).findings if f.code.startswith("version.")}
+
+    assert version_findings(">=28.39.1002") == set()
+    assert version_findings("28.41.1000") == set()
+    assert version_findings(">=28.41.2000") == {("version.below_minimum", "warning", "node")}
+    assert version_findings("28.39.1002") == {("version.mismatch", "warning", "node")}
