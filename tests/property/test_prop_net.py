@@ -106,12 +106,12 @@ def nlmsg(mtype: int, seq: int, payload: bytes) -> bytes:
     return m + b"\0" * (-len(m) % 4)
 
 
-def ieee_payload(pfc_en: int | None, apps: list[int], trust: list[int] | None, nested_flag: bool) -> bytes:
+def ieee_payload(pfc_en: int | None, apps: list[tuple[int, int, int]], trust: list[int] | None, nested_flag: bool) -> bytes:
     inner = b""
     if pfc_en is not None:
         inner += nlattr(dcb.DCB_ATTR_IEEE_PFC, struct.pack("=BBBH8Q8Q", 8, pfc_en, 0, 0, *([0] * 16)))
     if apps:
-        inner += nlattr(dcb.DCB_ATTR_IEEE_APP_TABLE, b"".join(nlattr(1, struct.pack("=BBH", sel, 3, 26)) for sel in apps))
+        inner += nlattr(dcb.DCB_ATTR_IEEE_APP_TABLE, b"".join(nlattr(1, struct.pack("=BBH", sel, prio, proto)) for sel, prio, proto in apps))
     if trust is not None:
         inner += nlattr(dcb.DCB_ATTR_DCB_APP_TRUST_TABLE, b"".join(nlattr(1, bytes([sel])) for sel in trust))
     ieee_type = dcb.DCB_ATTR_IEEE | (dcb.NLA_F_NESTED if nested_flag else 0)
@@ -121,18 +121,24 @@ def ieee_payload(pfc_en: int | None, apps: list[int], trust: list[int] | None, n
 selectors = st.sampled_from([1, 2, 3, 4, dcb.IEEE_8021QAZ_APP_SEL_DSCP, dcb.DCB_APP_SEL_PCP])
 
 
+# struct dcb_app {selector, priority, protocol}: for DSCP entries protocol is the DSCP;
+# out-of-range priorities (> 7) and DSCPs (> 63) must be skipped, not mapped.
+app_entries = st.tuples(selectors, st.sampled_from([0, 3, 7, 8, 255]), st.sampled_from([0, 26, 63, 64, 65535]))
+
+
 @settings(PROFILE)
-@given(st.none() | st.integers(0, 255), st.lists(selectors, max_size=4), st.none() | st.lists(selectors, max_size=3), st.booleans())
-def test_parse_ieee_get_round_trips(pfc_en: int | None, apps: list[int], trust: list[int] | None, nested: bool) -> None:
+@given(st.none() | st.integers(0, 255), st.lists(app_entries, max_size=4), st.none() | st.lists(selectors, max_size=3), st.booleans())
+def test_parse_ieee_get_round_trips(pfc_en: int | None, apps: list[tuple[int, int, int]], trust: list[int] | None, nested: bool) -> None:
     cfg = dcb.parse_ieee_get(ieee_payload(pfc_en, apps, trust, nested))
     if pfc_en is None:
         assert cfg is None
         return
+    mapping = {proto: prio for sel, prio, proto in apps if sel == dcb.IEEE_8021QAZ_APP_SEL_DSCP and prio <= 7 and proto <= 63}
     if trust is not None:
         want = {dcb.IEEE_8021QAZ_APP_SEL_DSCP: "dscp", dcb.DCB_APP_SEL_PCP: "pcp"}.get(trust[0]) if trust else None
     else:
-        want = "dscp" if dcb.IEEE_8021QAZ_APP_SEL_DSCP in apps else None
-    assert cfg == PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=want, source="dcbnl")
+        want = "dscp" if mapping else None
+    assert cfg == PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=want, source="dcbnl", dscp2prio=mapping)
 
 
 def _decode(data: bytes, seq: int) -> None:
