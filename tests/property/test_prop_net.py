@@ -164,7 +164,7 @@ def test_parse_reply_random_bytes(data: bytes, seq: int) -> None:
 message = st.one_of(
     st.builds(lambda seq, err: nlmsg(dcb.NLMSG_ERROR, seq, struct.pack("=i", err) + b"\0" * 16), st.sampled_from([1, 2]), st.integers(-(2**31), 2**31 - 1)),
     st.builds(lambda seq: nlmsg(dcb.NLMSG_DONE, seq, b"\0" * 4), st.sampled_from([1, 2])),
-    st.builds(lambda seq, p: nlmsg(dcb.RTM_GETDCB, seq, p), st.sampled_from([1, 2]), st.builds(ieee_payload, st.none() | st.integers(0, 255), st.lists(selectors, max_size=2), st.none() | st.lists(selectors, max_size=2), st.booleans())),
+    st.builds(lambda seq, p: nlmsg(dcb.RTM_GETDCB, seq, p), st.sampled_from([1, 2]), st.builds(ieee_payload, st.none() | st.integers(0, 255), st.lists(app_entries, max_size=2), st.none() | st.lists(selectors, max_size=2), st.booleans())),
     st.builds(lambda t, seq, p: nlmsg(t, seq, p), st.integers(0, 0xFFFF), st.sampled_from([1, 2]), st.binary(max_size=40)),
 )
 
