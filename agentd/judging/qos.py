@@ -23,13 +23,11 @@ from typing import Iterable
 from agentd.config import AgentConfig
 from agentd.model import IbPort, NcclConf, Netdev, NodeSnapshot
 
-NCCL_CONF_LABEL = "/etc/nccl.conf"
-
 
 @dataclass(frozen=True)
 class Setting:
     value: int
-    source: str  # "nccl.ib_tc", "nccl.overrides.NCCL_IB_TC", "nccl.profiles.<p>.NCCL_IB_TC", "/etc/nccl.conf", "NCCL default"
+    source: str  # "nccl.ib_tc", "nccl.overrides.NCCL_IB_TC", "nccl.profiles.<p>.NCCL_IB_TC", the conf file's node path ("/etc/nccl.conf"), "NCCL default"
 
 
 def parse_nccl_int(text: str) -> int | None:
@@ -59,7 +57,7 @@ def nccl_setting(config: AgentConfig, conf: NcclConf | None, key: str, lo: int, 
     if conf is not None and key in conf.variables:
         value = parse_nccl_int(conf.variables[key])
         if value is not None and lo <= value <= hi:
-            return Setting(value, NCCL_CONF_LABEL)
+            return Setting(value, "/" + conf.path.lstrip("/"))  # the node's path, as NCCL names it
     return None
 
 
