@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= h100-ib
 
-.PHONY: venv demo test test-fast bench lint clean
+.PHONY: venv demo test test-fast bench lint lock clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentd needs Python >= 3.11"'
@@ -41,6 +41,18 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# packaging/requirements.lock: agentd's runtime dependencies, pinned with every published
+# file's sha256 for every platform (x86_64 and aarch64 images, CPython 3.11), generated
+# from pyproject.toml. The container image, the deb and the rpm install from it with
+# pip --require-hashes, so two builds of one commit get the same bytes. Existing pins are
+# kept; `make lock UPGRADE=1` moves every pin to the newest release the ranges allow.
+LOCK := packaging/requirements.lock
+UV_VERSION := 0.13.9
+lock: $(STAMP)
+	$(BIN)/pip install -q 'uv==$(UV_VERSION)'
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
+		--custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) -o $(LOCK)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache
