@@ -47,12 +47,18 @@ bench: $(STAMP)
 # from pyproject.toml. The container image, the deb and the rpm install from it with
 # pip --require-hashes, so two builds of one commit get the same bytes. Existing pins are
 # kept; `make lock UPGRADE=1` moves every pin to the newest release the ranges allow.
+# packaging/build-requirements.lock does the same for [build-system] requires (the
+# container image builds agentd's wheel with exactly those).
 LOCK := packaging/requirements.lock
+BUILD_LOCK := packaging/build-requirements.lock
 UV_VERSION := 0.13.9
+UV_COMPILE = $(BIN)/uv pip compile --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade)
 lock: $(STAMP)
 	$(BIN)/pip install -q 'uv==$(UV_VERSION)'
-	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
-		--custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) -o $(LOCK)
+	$(UV_COMPILE) pyproject.toml -o $(LOCK)
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
+		| $(UV_COMPILE) - -o $(BUILD_LOCK)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

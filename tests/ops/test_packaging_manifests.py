@@ -1,10 +1,9 @@
-"""Static checks of the RPM spec, the container recipe and the Kubernetes DaemonSet:
+"""Static checks of the RPM spec and the Kubernetes DaemonSet:
 each parsed by the tool or library that reads it, and held to the same contract as the
 systemd unit (paths, user, listen port, read-only host access)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -17,7 +16,6 @@ from agentd.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "packaging" / "rpm" / "agentd.spec"
-CONTAINERFILE = REPO / "packaging" / "container" / "Containerfile"
 DAEMONSET = REPO / "packaging" / "k8s" / "daemonset.yaml"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
@@ -42,38 +40,6 @@ def test_rpm_spec_parses_with_the_project_version() -> None:
     assert "install -D -m 0644 systemd/agentd.service" in parsed
     for script in ("%pre", "%post", "%preun", "%postun"):
         assert re.search(rf"^{script}$", parsed, re.M), script
-
-
-# --- container -------------------------------------------------------------------
-
-
-def _instructions(text: str) -> list[tuple[str, str]]:
-    joined = re.sub(r"\\\n", " ", text)
-    out = []
-    for line in joined.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
-def test_containerfile() -> None:
-    ins = _instructions(CONTAINERFILE.read_text())
-    froms = [v.split()[0] for k, v in ins if k == "FROM"]
-    assert froms == ["python:3.11-slim", "python:3.11-slim"]
-    assert json.loads(next(v for k, v in ins if k == "ENTRYPOINT")) == ["agentd", "run"]
-    env = " ".join(v for k, v in ins if k == "ENV")
-    assert "AGENTD_HOST_ROOT=/host" in env
-    user = next(v for k, v in ins if k == "USER")
-    assert not user.startswith(("0", "root"))
-    # Every COPY source from the build context exists (a glob may match nothing).
-    for k, v in ins:
-        if k == "COPY" and not v.startswith("--from"):
-            *sources, _dest = v.split()
-            assert any((REPO / s).exists() or any(REPO.glob(s)) for s in sources), v
-            for s in sources:
-                assert (REPO / s).exists() or "[" in s, s
 
 
 # --- Kubernetes ------------------------------------------------------------------
