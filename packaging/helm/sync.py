@@ -49,6 +49,11 @@ HEADER = f"""\
 #
 # With kube-prometheus-stack, install the chart instead (docs/kubernetes.md):
 #   helm install agentd packaging/helm/agentd -n agentd --create-namespace
+# The chart's other options (nvml.mode volume-mounts or cdi, kernelLog, udev, host paths;
+# values.yaml explains each) give a manifest of their own, e.g.
+#   helm template agentd packaging/helm/agentd -n agentd --set kernelLog.enabled=true \\
+#     --set serviceMonitor.enabled=false --set prometheusRule.enabled=false \\
+#     --set dashboards.enabled=false --set service.enabled=false > agentd.yaml
 """
 
 NAMESPACE_OBJECT = f"""\
