@@ -77,7 +77,10 @@ def sources() -> dict[Path, Path]:
 
 
 def render_manifest() -> str:
-    import helm_python
+    try:
+        import helm_python
+    except ImportError:
+        raise SystemExit("sync: rendering the chart needs helm-python-sdk (the test extra): run it with .venv/bin/python") from None
 
     with helm_python.Chart.load(CHART) as chart:
         rendered = chart.render(MANIFEST_VALUES, name=RELEASE, namespace=NAMESPACE)
