@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= h100-ib
 
-.PHONY: venv demo test test-fast bench lint lock clean
+.PHONY: venv demo test test-fast bench lint lock helm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentd needs Python >= 3.11"'
@@ -59,6 +59,12 @@ lock: $(STAMP)
 	$(UV_COMPILE) pyproject.toml -o $(LOCK)
 	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
 		| $(UV_COMPILE) - -o $(BUILD_LOCK)
+
+# The Helm chart's copies of grafana/'s alert rules and dashboards, and the plain manifest
+# packaging/k8s/daemonset.yaml rendered from the chart (tests/ops/test_helm.py keeps all
+# three equal to their sources). Run after editing grafana/ or the chart.
+helm: $(STAMP)
+	$(BIN)/python packaging/helm/sync.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

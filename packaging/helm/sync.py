@@ -1,8 +1,8 @@
 """Keep the Helm chart's copies of the alert rules and dashboards, and the raw DaemonSet
 manifest, in step with their sources.
 
-    python3 packaging/helm/sync.py           # write
-    python3 packaging/helm/sync.py --check   # exit 1 and name what is stale
+    make helm                                 # write (.venv/bin/python packaging/helm/sync.py)
+    .venv/bin/python packaging/helm/sync.py --check   # exit 1 and name what is stale
 
 Helm reads only files inside the chart, so grafana/alerts/agentd.rules.yml and
 grafana/dashboards/*.json are copied byte for byte into packaging/helm/agentd/files/.
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "packaging" / "helm" / "agentd"
 FILES = CHART / "files"
 MANIFEST = REPO / "packaging" / "k8s" / "daemonset.yaml"
-COMMAND = "python3 packaging/helm/sync.py"
+COMMAND = "make helm"
 
 RELEASE = "agentd"
 NAMESPACE = "agentd"

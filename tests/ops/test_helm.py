@@ -29,7 +29,7 @@ RULES = REPO / "grafana" / "alerts" / "agentd.rules.yml"
 DASHBOARDS = REPO / "grafana" / "dashboards"
 CRDS = REPO / "tests" / "fixtures" / "prometheus-operator"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-SYNC = "python3 packaging/helm/sync.py"
+SYNC = "make helm"
 RELEASE, NAMESPACE = "agentd", "gpu-monitoring"
 # The chart's kubeVersion floor, a current release, and the newest kubernetes-validate has.
 KUBE_VERSIONS = ("1.25.0", "1.30.0", "1.37.0")
