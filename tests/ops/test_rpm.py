@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tarfile
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def _rpm_q(built: Built, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     top = tmp_path_factory.mktemp("rpmbuild")
     (top / "SOURCES").mkdir()
     _source_tarball(top / "SOURCES" / f"agentd-{VERSION}.tar.gz")
@@ -109,9 +110,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         text=True,
     )
     assert extract.returncode == 0, extract.stderr
-    shutil.rmtree(top / "BUILD", ignore_errors=True)
-    shutil.rmtree(top / "BUILDROOT", ignore_errors=True)
-    return Built(rpms[0], root, python)
+    try:
+        yield Built(rpms[0], root, python)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)  # some 100 MB: not left for pytest's basetemp
 
 
 def test_rpmlint_is_clean_with_the_packages_filters(built: Built) -> None:
