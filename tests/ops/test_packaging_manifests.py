@@ -37,6 +37,13 @@ def test_rpm_spec_parses_with_the_project_version() -> None:
     assert "/usr/lib/systemd/system/agentd.service" in files
     assert "%config(noreplace) /etc/agentd/agentd.toml" in files
     assert "%dir %attr(0755,agentd,agentd) /etc/nccl" in files
+    # The private library directory, as in the deb (never /opt: FHS, rpmlint, lintian).
+    assert "/usr/lib/agentd" in files
+    assert "/opt/" not in parsed
+    # Dependencies only from the hash-locked file, agentd itself without resolving again.
+    assert re.search(r"pip install [^\n]*--require-hashes[^\n]*--only-binary :all:", parsed)
+    assert "-r packaging/requirements.lock" in parsed
+    assert re.search(r"pip install --no-compile --no-deps\b", parsed)
     assert "install -D -m 0644 systemd/agentd.service" in parsed
     for script in ("%pre", "%post", "%preun", "%postun"):
         assert re.search(rf"^{script}$", parsed, re.M), script
