@@ -147,6 +147,9 @@ EOF
 # 4. Normalised permissions: nothing group/world-writable, executables 0755.
 chmod -R u+rwX,go+rX,go-w "$stage"
 chmod 0755 "$stage/usr/bin/agentd" "$stage/usr/sbin/agentd-healthcheck"
+# Nothing in the private library is run as a program (modules are imported, extension
+# modules dlopen()ed): 0644 throughout, as dh_fixperms makes shared libraries.
+find "$lib" -type f -exec chmod 0644 {} +
 
 # 5. Control files.
 install -d "$stage/DEBIAN"
