@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "packaging" / "deb" / "build.sh"
 VENV_AGENTD = REPO / ".venv" / "bin" / "agentd"
 
-WATCHED = ["/etc", "/opt", "/usr/bin", "/usr/sbin", "/lib/systemd/system", "/usr/lib/systemd/system", "/usr/share/doc/agentd", "/var/lib/agentd", "/var/lib/systemd"]
+WATCHED = ["/etc", "/opt", "/usr/bin", "/usr/sbin", "/usr/lib/agentd", "/lib/systemd/system", "/usr/lib/systemd/system", "/usr/share/doc/agentd",
+           "/usr/share/man/man1", "/usr/share/man/man8", "/usr/share/lintian/overrides", "/var/lib/agentd", "/var/lib/systemd"]
+NFD_DIR = Path("/etc/kubernetes/node-feature-discovery/features.d")  # agentd's default features.d path
 # Backups and locks that adduser/deluser leave behind on any system.
 IGNORED = {"/etc/passwd-", "/etc/group-", "/etc/shadow-", "/etc/gshadow-", "/etc/subuid-", "/etc/subgid-", "/etc/.pwd.lock", "/etc/ld.so.cache"}
 
@@ -45,7 +47,7 @@ def _why_not() -> str | None:
 def _not_clean() -> str | None:
     if subprocess.run(["dpkg-query", "-W", "agentd"], capture_output=True).returncode == 0:
         return "an agentd package is installed here; not touching it"
-    for p in ("/etc/nccl", "/etc/nccl.env", "/etc/nccl.conf", "/etc/agentd", "/var/lib/agentd", "/opt/agentd"):
+    for p in ("/etc/nccl", "/etc/nccl.env", "/etc/nccl.conf", "/etc/agentd", "/var/lib/agentd", "/opt/agentd", "/usr/lib/agentd", NFD_DIR / "agentd"):
         if os.path.lexists(p):
             return f"{p} already exists; not touching it"
     if subprocess.run(["getent", "passwd", "agentd"], capture_output=True).returncode == 0:
@@ -151,8 +153,10 @@ def _install_use_remove_purge(tmp_path: Path) -> None:
         _sh("dpkg", "-i", str(deb), timeout=300)
 
         # Files, user, directories, links.
-        for p in ("/usr/bin/agentd", "/usr/sbin/agentd-healthcheck", "/lib/systemd/system/agentd.service", "/etc/agentd/agentd.toml", "/opt/agentd/lib/agentd/cli.py"):
+        for p in ("/usr/bin/agentd", "/usr/sbin/agentd-healthcheck", "/lib/systemd/system/agentd.service", "/etc/agentd/agentd.toml", "/usr/lib/agentd/agentd/cli.py"):
             assert os.path.exists(p), p
+        # Byte-code compiled by postinst (the sandboxed service cannot write it).
+        assert any(Path("/usr/lib/agentd/agentd/__pycache__").glob("cli.cpython-*.pyc"))
         pw = _sh("getent", "passwd", "agentd").stdout.strip().split(":")
         assert pw[5] == "/var/lib/agentd" and pw[6].endswith("nologin")
         assert int(pw[2]) < 1000  # a system user
@@ -192,18 +196,57 @@ def _install_use_remove_purge(tmp_path: Path) -> None:
         Path("/etc/nccl/.nccl.env.abc123.tmp").write_text("")
         os.chown("/etc/nccl/.nccl.env.abc123.tmp", int(pw[2]), int(pw[3]))
 
+        # agentd run as root (by hand, or from a container running as root) writes the same
+        # files owned by root: purge must recognise them by their header, not their owner.
+        render = _sh("/usr/bin/agentd", "render", "--host-root", str(sim), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AGENTD_HOST_MODE": "live"}, timeout=120)
+        for name in ("nccl.env", "topo.xml"):
+            f = Path("/etc/nccl") / name
+            assert f.exists(), f"agentd render did not write {f}:\n{render.stdout}"
+            os.chown(f, 0, 0)  # whatever render found unchanged: root's now, like the rest
+        assert Path("/etc/nccl/topo.xml").read_text().startswith("<!-- NCCL topology of ")
+        Path("/etc/nccl/.topo.xml.k9x2ab.tmp").write_text("")  # a root writer killed mid-write
+        # Someone else's files in /etc/nccl: no agentd header, not agentd's user.
+        foreign = {Path("/etc/nccl/site.env"): "export NCCL_DEBUG=WARN\n", Path("/etc/nccl/nccl.conf"): "NCCL_DEBUG=WARN\n"}
+        for f, text in foreign.items():
+            f.write_text(text)
+        # The node-feature-discovery file at agentd's default path, written by root (only
+        # where this machine has no /etc/kubernetes of its own).
+        nfd = not NFD_DIR.parents[1].exists()
+        if nfd:
+            cleanup += [NFD_DIR, NFD_DIR.parent, NFD_DIR.parents[1]]  # deepest first
+            NFD_DIR.mkdir(parents=True)
+            (NFD_DIR / "agentd").write_text("# node-feature-discovery labels written by agentd; do not edit (rewritten every cycle).\n")
+            (NFD_DIR / ".agentd.Zq81xy.tmp").write_text("")
+
         _sh("dpkg", "-r", "agentd", timeout=120)
-        for p in ("/usr/bin/agentd", "/usr/sbin/agentd-healthcheck", "/opt/agentd", "/lib/systemd/system/agentd.service", "/etc/nccl.env", "/etc/nccl.conf"):
+        for p in ("/usr/bin/agentd", "/usr/sbin/agentd-healthcheck", "/usr/lib/agentd", "/lib/systemd/system/agentd.service", "/etc/nccl.env", "/etc/nccl.conf"):
             assert not os.path.lexists(p), f"{p} left after dpkg -r"
         assert os.path.exists("/etc/agentd/agentd.toml")  # conffile kept until purge
 
         _sh("dpkg", "-P", "agentd", timeout=120)
         assert _account_lines() == accounts_before == []
+        # agentd's files went, whoever wrote them; someone else's stayed, untouched.
+        assert sorted(os.listdir("/etc/nccl")) == sorted(f.name for f in foreign)
+        for f, text in foreign.items():
+            assert f.read_text() == text and f.stat().st_uid == 0
+        assert os.stat("/etc/nccl").st_uid == 0  # no longer the (deleted) agentd user's
+        if nfd:
+            assert NFD_DIR.is_dir() and os.listdir(NFD_DIR) == []  # the directory is NFD's
+        for f in foreign:
+            f.unlink()
+        os.rmdir("/etc/nccl")
+        for d in cleanup:
+            if d.parts[:2] == ("/", "etc"):
+                d.rmdir()
+        cleanup = [d for d in cleanup if d.parts[:2] != ("/", "etc")]
         after = _tree()
         assert sorted(after - before) == [], "left behind after purge"
         assert sorted(before - after) == [], "removed by purge but not ours"
     finally:
         for d in cleanup:
             shutil.rmtree(d, ignore_errors=True)
+        # /etc/nccl did not exist before (_not_clean): whatever a failed run left there is
+        # this test's.
+        shutil.rmtree("/etc/nccl", ignore_errors=True)
         if subprocess.run(["dpkg-query", "-W", "agentd"], capture_output=True).returncode == 0:
             subprocess.run(["dpkg", "-P", "--force-all", "agentd"], capture_output=True)

@@ -8,8 +8,11 @@ unit is copied to a temp directory with ExecStart rewritten to this checkout's
 from __future__ import annotations
 
 import configparser
+import os
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -100,7 +103,10 @@ def test_unit_contract() -> None:
     one = {k: v[-1] for k, v in s.items()}
     assert one["Type"] == "notify" and one["NotifyAccess"] == "main"
     assert one["ExecStart"] == "/usr/bin/agentd run"  # the deb and rpm launcher
-    assert one["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    # Reload without procps: no kill(1) binary, the shell's builtin (issue 18).
+    reload = shlex.split(one["ExecReload"])
+    assert reload[0] == "/bin/sh" and "kill" not in reload[0]
+    assert "/bin/kill" not in one["ExecReload"] and "/usr/bin/kill" not in one["ExecReload"]
     assert one["Restart"] == "on-failure" and one["WatchdogSec"] == "30s"
     assert one["User"] == one["Group"] == "agentd" and "DynamicUser" not in one
     assert one["ProtectSystem"] == "strict" and one["StateDirectory"] == "agentd"
@@ -121,6 +127,37 @@ def test_unit_contract() -> None:
     parser.read_string(UNIT.read_text())
     assert parser.sections() == ["Unit", "Service", "Install"]
     assert parser["Install"]["WantedBy"] == "multi-user.target"
+
+
+def _systemd_expand(argv: list[str], env: dict[str, str]) -> list[str]:
+    """What systemd makes of a command line's words (systemd.service(5), "Command lines"):
+    "$$" is a literal "$", "${NAME}" the variable's value, "$NAME" as a word of its own its
+    value split at whitespace; unknown variables are empty."""
+    out: list[str] = []
+    for word in argv:
+        if (m := re.fullmatch(r"\$(\w+)", word)) is not None:
+            out += env.get(m.group(1), "").split()
+            continue
+        out.append(re.sub(r"\$\$|\$\{(\w+)\}", lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), ""), word))
+    return out
+
+
+def test_reload_signals_the_main_process_without_a_kill_binary() -> None:
+    """ExecReload= run as systemd runs it: its words expanded, MAINPID in the control
+    process's environment (systemd.exec(5)), and a PATH where no kill(1) can be found."""
+    reload = [v for k, v in _unit_lines(UNIT) if k == "ExecReload"][-1]
+    main = subprocess.Popen(["sleep", "600"])
+    try:
+        env = {"MAINPID": str(main.pid), "PATH": "/nonexistent"}
+        argv = _systemd_expand(shlex.split(reload), env)
+        assert os.path.isabs(argv[0]) and os.access(argv[0], os.X_OK), argv
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert main.wait(timeout=30) == -signal.SIGHUP
+    finally:
+        if main.poll() is None:
+            main.kill()
+            main.wait()
 
 
 NVIDIA_MAJOR = 195  # fixed: Linux Documentation/admin-guide/devices.txt (195:255 = /dev/nvidiactl)
