@@ -88,7 +88,11 @@ pip() {
 }
 pip --require-hashes --only-binary :all: -r "$repo/packaging/requirements.lock"
 rm -rf "$lib/bin"
-pip "$work/src"
+# agentd's own wheel is built with the hash-locked build backend, installed into the
+# throwaway venv (no build isolation: nothing fetched unpinned).
+PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore "$work/venv/bin/pip" install --quiet \
+    --require-hashes --no-deps --only-binary :all: -r "$repo/packaging/build-requirements.lock"
+pip --no-build-isolation "$work/src"
 rm -rf "$lib/bin"
 find "$lib" -name __pycache__ -prune -exec rm -rf {} +
 # What dh_strip does: the wheels' extension modules carry symbols and build notes.
