@@ -59,10 +59,11 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def test_lintian_reports_no_error_or_warning(deb: Path) -> None:
+def test_lintian_reports_no_error_or_warning(deb: Path, tmp_path: Path) -> None:
+    # TMPDIR: lintian leaves its mldbm-elf-* scratch files behind in the temp directory.
     proc = subprocess.run(
         ["lintian", "--fail-on", "error,warning", "--display-info", "--no-tag-display-limit", str(deb)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert proc.returncode == 0, f"lintian exit {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
 
