@@ -95,6 +95,23 @@ def in_window(history: Iterable[NodeSnapshot], now: float, window_s: float,
     return [recent[i] for i in picks]
 
 
+def changes(window: Sequence[NodeSnapshot], *parts: Callable[[NodeSnapshot], object]) -> list[NodeSnapshot]:
+    """``window`` without the entries whose ``parts`` are all the very objects of the entry
+    before (the history shares every part that did not change: agentd.collection.history).
+    Exact for counter math: a dropped entry repeats its predecessor's readings, and
+    ``counter_change`` of a run of equal readings keeps the first (the base after a reset
+    is the first reading that is lower than the one before, never a repeat). So a rate
+    over a steady window costs two readings, not one per entry."""
+    out: list[NodeSnapshot] = []
+    prev: tuple[object, ...] | None = None
+    for s in window:
+        now = tuple(part(s) for part in parts)
+        if prev is None or any(a is not b for a, b in zip(now, prev, strict=True)):
+            out.append(s)
+        prev = now
+    return out
+
+
 # ---------------------------------------------------------------------------
 # counter math
 

@@ -12,6 +12,7 @@ from agentd.base.pma import is_saturated, pma_max, pma_width
 from agentd.judging.checks.common import (
     CheckInput,
     cap,
+    changes,
     counter_change,
     earlier,
     exceeds,
@@ -134,7 +135,7 @@ def check_counters(inp: CheckInput) -> list[Finding]:
     """ib.counter.<name> rates, ib.counter.reset, ib.counter.saturated."""
     snap = inp.snapshot
     roles = inp.resolved_roles()
-    window = in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s)
+    window = changes(in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s), lambda s: s.hcas)
     indexes = [port_index(s) for s in window]
     older = earlier(inp.history, snap.taken_at)
     previous = older[-1] if older else None

@@ -24,6 +24,7 @@ from __future__ import annotations
 from agentd.base.ids import VENDOR_NVIDIA
 from agentd.judging.checks.common import (
     CheckInput,
+    changes,
     counter_change,
     exceeds,
     fmt,
@@ -165,7 +166,7 @@ def check_nvlink(inp: CheckInput) -> list[Finding]:
     out = _lost(inp)
     if not snap.nvml.available:
         return out
-    window = in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s)
+    window = changes(in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s), lambda s: s.nvml.gpus)
     indexes = [_link_index(s) for s in window]
     for g in snap.nvml.gpus:
         if g.error:

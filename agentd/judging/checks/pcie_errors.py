@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from agentd.base.ids import VENDOR_NVIDIA
-from agentd.judging.checks.common import CheckInput, counter_change, exceeds, fmt, in_window
+from agentd.judging.checks.common import CheckInput, changes, counter_change, exceeds, fmt, in_window
 from agentd.judging.findings import finding, gpu_subject, pci_subject
 from agentd.model import AerCounts, Finding, NodeSnapshot, PciDevice, Severity
 
@@ -71,7 +71,7 @@ def _pci_index(window: list[NodeSnapshot]) -> list[dict[str, Any]]:
 def check_aer(inp: CheckInput) -> list[Finding]:
     """pcie.aer.fatal, pcie.aer.nonfatal, pcie.aer.correctable."""
     snap = inp.snapshot
-    window = in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s)
+    window = changes(in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s), lambda s: s.pci)
     if not window:
         return []
     indexes = _pci_index(window)
@@ -106,7 +106,7 @@ def check_aer(inp: CheckInput) -> list[Finding]:
 def check_replay(inp: CheckInput) -> list[Finding]:
     """gpu.pcie.replay: NVML's PCIe replay counter rising faster than the threshold."""
     snap = inp.snapshot
-    window = in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s)
+    window = changes(in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s), lambda s: s.nvml.gpus)
     if not window:
         return []
     per_min = inp.config.thresholds.gpu_pcie_replay_per_min

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from agentd.base.pma import pma_max
 from agentd.judging.checks.common import (
     CheckInput,
+    changes,
     counter_change,
     fmt,
     in_window,
@@ -270,7 +271,7 @@ def check_roce_qos(inp: CheckInput) -> list[Finding]:
             f = _tclass_override(c)
             if f is not None:
                 out.append(f)
-    window = in_window(inp.history, inp.snapshot.taken_at, inp.config.thresholds.short_rate_window_s)
+    window = changes(in_window(inp.history, inp.snapshot.taken_at, inp.config.thresholds.short_rate_window_s), lambda s: s.netdevs, lambda s: s.hcas)
     if window and cfg.require_pfc:
         out.extend(_lossy_traffic(inp, window, chains))
     return out

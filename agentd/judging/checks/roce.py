@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from agentd.judging.checks.common import (
     CheckInput,
+    changes,
     counter_change,
     exceeds,
     fmt,
@@ -143,7 +144,7 @@ def _cnp(inp: CheckInput, window: list[NodeSnapshot]) -> list[Finding]:
 def check_roce(inp: CheckInput) -> list[Finding]:
     """roce.ecn.disabled, roce.pfc.disabled, roce.pfc.pause_storm, roce.cnp.rate."""
     cfg = inp.config.roce
-    window = in_window(inp.history, inp.snapshot.taken_at, inp.config.thresholds.short_rate_window_s)
+    window = changes(in_window(inp.history, inp.snapshot.taken_at, inp.config.thresholds.short_rate_window_s), lambda s: s.netdevs, lambda s: s.hcas)
     out: list[Finding] = []
     for nd in _judged_netdevs(inp):
         for f in (
