@@ -20,7 +20,7 @@ HCA model and link layer.
 from __future__ import annotations
 
 from agentd.config import Expectations
-from agentd.judging.checks.common import CheckInput, earlier, fmt
+from agentd.judging.checks.common import CheckInput, changes, earlier, fmt
 from agentd.judging.findings import NODE, finding, port_subject
 from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
@@ -255,7 +255,8 @@ def check_flapping(inp: CheckInput) -> list[Finding]:
     booted_at, grace = snap.system.booted_at, inp.config.lifecycle.boot_grace_s
     if booted_at is not None and grace > 0:
         start = max(start, booted_at + grace)
-    past = [s for s in earlier(inp.history, snap.taken_at) if s.taken_at >= start]
+    # entries repeating their predecessor's HCAs hold no transition (agentd.judging.checks.common.changes)
+    past = changes([s for s in earlier(inp.history, snap.taken_at) if s.taken_at >= start], lambda s: s.hcas)
     if not past:
         return []
     roles = inp.resolved_roles()

@@ -159,7 +159,7 @@ def check_retrained(inp: CheckInput) -> list[Finding]:
     """pcie.link.retrained: a NIC's or bridge's current link changed within the window."""
     snap = inp.snapshot
     window_s = inp.config.thresholds.pcie_retrain_window_s
-    window = [s for s in in_window(inp.history, snap.taken_at, window_s) if s.taken_at >= snap.taken_at - window_s]
+    window = changes([s for s in in_window(inp.history, snap.taken_at, window_s) if s.taken_at >= snap.taken_at - window_s], lambda s: s.pci)
     if not window:
         return []
     indexes = _pci_index(window)
