@@ -26,6 +26,7 @@ from tests.support.check_snapshots import (
     with_nvlink,
     with_nvml_gpu,
     with_pci,
+    with_port,
 )
 
 NIC = layout(0)["nic"]
@@ -39,13 +40,23 @@ def _aer(fatal: int, cor: int) -> PcieAer:
 def _step(s: NodeSnapshot, rng: random.Random, ethernet: bool) -> NodeSnapshot:
     """The next reading: mostly nothing moved; sometimes one counter rose or was reset."""
     s = later(s, rng.choice((10.0, 15.0, 30.0)))
-    kind = rng.choice(("steady",) * 5 + ("ib", "ib_reset", "nvlink", "aer", "replay") + (("pause", "cnp") if ethernet else ()))
+    kind = rng.choice(("steady",) * 5 + ("ib", "ib_reset", "nvlink", "aer", "replay", "flap", "width")
+                      + (("pause", "cnp") if ethernet else ()))
     hca = f"mlx5_{rng.randrange(2)}"
     if kind == "ib":
         v = port(s, hca).counters.get("symbol_error", 0)
         s = with_counters(s, hca, symbol_error=v + rng.choice((1, 5, 50, 400)))
     elif kind == "ib_reset":
         s = with_counters(s, hca, symbol_error=0, link_error_recovery=0)
+    elif kind == "flap":  # the port goes down (link_downed rises) or comes back
+        p = port(s, "mlx5_1")
+        down = p.state == "ACTIVE"
+        s = with_port(s, "mlx5_1", state="DOWN" if down else "ACTIVE", phys_state="Disabled" if down else "LinkUp",
+                      counters={**p.counters, "link_downed": p.counters.get("link_downed", 0) + int(down)})
+    elif kind == "width":  # the NIC's link retrains narrower, or back
+        d = s.pci_device(NIC)
+        assert d is not None
+        s = with_pci(s, NIC, current_link_width=8 if d.current_link_width == 16 else 16)
     elif kind == "nvlink":
         g = s.nvml.gpus[0]
         errors = dict(g.nvlinks[3].errors)
@@ -96,7 +107,7 @@ def test_shared_history_judges_like_an_unshared_copy(seed: int) -> None:
     s = _start(ethernet)
     fired: set[str] = set()
     collapsed = False
-    for _ in range(60):
+    for _ in range(80):
         hist = h.snapshots()
         shared = run_checks(inp(s, hist, config))
         assert _key(shared) == _key(run_checks(inp(s, _unshared(hist), config)))
@@ -107,6 +118,7 @@ def test_shared_history_judges_like_an_unshared_copy(seed: int) -> None:
         s = _step(s, rng, ethernet)
     assert collapsed  # the shared history did skip repeated entries
     assert fired & {"ib.counter.symbol_error", "nvlink.link.errors", "pcie.aer.fatal", "pcie.aer.correctable", "gpu.pcie.replay"}
+    assert fired & {"ib.port.flapping", "pcie.link.retrained"}
 
 
 def test_changes_keeps_the_first_of_each_run_of_shared_parts() -> None:
