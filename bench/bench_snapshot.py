@@ -4,6 +4,9 @@ Prints one JSON line per figure (schema in bench/common.py). No assertions.
 
     .venv/bin/python bench/bench_snapshot.py [--profile h100-ib|large-16gpu-18nic] [--rounds 10] [--cprofile 25]
 
+Also ``evaluate_refresh_cpu``: one evaluation refresh of the steady node with 2 and with 60
+history entries (the daemon re-judges every medium interval for rates over a window).
+
 Scopes: ``full`` (every probe, a fresh Collector each round: what ``agentd check`` pays
 per collection) and each tier on its own (``fast``, ``medium``, ``slow``: what the
 daemon's tier loops pay for probes every interval; the other tiers ran first because
@@ -39,6 +42,7 @@ from floor_reader import plain_read
 from agentd.collection.collector import Collector, probes_in
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
+from agentd.model import NodeSnapshot
 
 SCOPES = (("full", None), ("fast", ("fast",)), ("medium", ("medium",)), ("slow", ("slow",)))
 
@@ -103,6 +107,30 @@ def cprofile(host: HostRoot, config: AgentConfig, rounds: int, top: int) -> None
     pstats.Stats(prof2, stream=sys.stderr).sort_stats("cumulative").print_stats(top)
 
 
+def refresh_cpu(snap: object, config: AgentConfig, entries: int, rounds: int) -> list[float]:
+    """CPU ms of one evaluation refresh (checks, lifecycle, expected values; the NCCL render
+    is reused as in the daemon) of a steady node whose history holds ``entries`` readings
+    10 s apart: the daemon's medium-interval refresh, young (a few entries) and settled
+    (the rate window full)."""
+    from agentd.collection.history import History
+    from agentd.outputs.evaluate import Evaluator
+
+    assert isinstance(snap, NodeSnapshot)
+    h = History(config.thresholds.history_size, config.intervals.medium_s)
+    t0 = snap.taken_at - 10.0 * entries
+    for i in range(entries):
+        h.append(snap.model_copy(update={"taken_at": t0 + 10.0 * i}))
+    hist = h.snapshots()
+    ev = Evaluator()
+    ev(snap, hist, config, None, refresh_s=0)
+    out = []
+    for _ in range(rounds):
+        c0 = time.process_time()
+        ev(snap, hist, config, None, refresh_s=0)
+        out.append((time.process_time() - c0) * 1000)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="h100-ib")
@@ -138,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         devices = len(snap.gpus) + len(snap.hcas) + len(snap.netdevs)
         emit("snapshot", "collect_full_cpu_per_device", full_cpu / devices if devices else None, "ms", **tag, devices=devices,
              gpus=len(snap.gpus), hcas=len(snap.hcas), netdevs=len(snap.netdevs))
+        for entries in (2, 60):
+            cpu = refresh_cpu(snap, config, entries, args.rounds)
+            emit("snapshot", "evaluate_refresh_cpu", statistics.median(cpu), "ms", **tag, history_entries=entries, rounds=args.rounds,
+                 note="checks + lifecycle + expected values of a steady node (the daemon's medium-interval refresh); flat when it does not grow with the history")
         emit("snapshot", "bench_process_max_rss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "MiB", **tag)
         if args.cprofile:
             cprofile(host, config, max(3, args.rounds // 2), args.cprofile)
