@@ -38,6 +38,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
+from agentd.base.memo import IdentityMemo
 from agentd.model import Hca, IbPort, Netdev, NodeSnapshot, NvmlGpu, NvmlInfo, PciDevice, PciLinkRead
 
 T = TypeVar("T")
@@ -360,6 +361,14 @@ class History:
         self._items: list[tuple[NodeSnapshot, Hashable]] = []
         self._appends = 0
         self._compactor = Compactor()
+        # a steady node's snapshots are made of the previous one's parts (``share``, and the
+        # collector keeps unchanged probe outputs): its link states are the previous ones
+        self._link_states: IdentityMemo[Hashable] = IdentityMemo()
+
+    def link_states(self, snap: NodeSnapshot) -> Hashable:
+        """``link_states(snap)``, the previous signature object while its parts are the very
+        objects of the previous call's."""
+        return self._link_states.get((snap.hcas, snap.netdevs, snap.nvml.gpus, snap.pci), lambda: link_states(snap))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -376,8 +385,8 @@ class History:
         The newest entry is kept whole; the one it follows is compacted."""
         items = self._items
         snap = share(items[-1][0] if items else None, snap)
-        sig = link_states(snap)
-        if items and items[-1][1] == sig:
+        sig = self.link_states(snap)
+        if items and items[-1][1] is not sig and items[-1][1] == sig:
             sig = items[-1][1]  # share the signature too (it is ~10 KB on an 8-GPU node)
         if (
             len(items) >= 2

@@ -21,6 +21,26 @@ only when ``restore_drift`` is true (config ``nccl.restore_drift``). With restor
 drifted file is left alone, including later content changes, until restore is turned on
 or agentd restarts (a fresh process treats a missing file as new).
 
+Steady files cost a stat. The daemon asks for the same content every publish (2 s) and
+the file almost never changed, so a full check (seal the wanted text, read the file,
+check its seal, compare digests: four SHA-256 over the stable text and a read) would be
+spent on nothing. When a full check found the file holding exactly what this process
+wants, the file keeps the wanted content and the file's stat signature (device, inode,
+size, mtime, ctime, mode: the stat taken *before* that read, so a change racing the read
+shows as a new signature). The next write of the equal content with an equal signature
+is "unchanged" without a read; any difference (content, signature, a failed stat, drift
+being held, ``restore_drift`` changed) takes the full path. What each drift kind does to
+the signature: an in-place edit changes ctime (and usually size and mtime); a rename over
+the file (``replaced``, ``foreign``) changes the inode; ``deleted`` fails the stat. ctime
+is the field that makes this sound: ``os.utime`` (``touch -d``, ``cp -p``, rsync) sets
+mtime back to anything, but the kernel sets ctime to now on every change and no user can
+set it. After a write agentd does not take the signature (someone could replace the file
+between the rename and the stat); the next publish checks in full and takes it then.
+Belt and braces for filesystems with coarse timestamps (an edit in the same clock tick as
+the stat, same size, leaves ctime as it was; kernels since 6.13 give a stat-observed
+inode a fine-grained ctime on its next change), a full check runs at least every
+``ManagedFile.FULL_CHECK_EVERY_S`` seconds anyway.
+
 Not thread-safe: one writer (the daemon loop) per ManagedFiles.
 """
 
@@ -112,7 +132,31 @@ class ManagedStatus:
     changed: bool  # the last call replaced the file
 
 
+StatSignature = tuple[int, int, int, int, int, int]
+
+
+def stat_signature(path: Path) -> StatSignature | None:
+    """What changes when anyone changes the file at ``path`` (None: it cannot be stat'ed)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """The last full check that found the file holding what this process wants."""
+
+    content: str  # as passed to ``write``
+    signature: StatSignature  # taken before that check read the file
+    restore_drift: bool
+    at: float  # time.monotonic() of the check
+
+
 class ManagedFile:
+    FULL_CHECK_EVERY_S = 60.0  # the longest a stat alone vouches for the file (module doc)
+
     def __init__(self, path: Path | str, *, name: str | None = None, mode: int = 0o644):
         self.path = Path(path)
         self.name = name or self.path.name
@@ -131,6 +175,7 @@ class ManagedFile:
         self.last_drift_at: float | None = None
         self.sha256: str | None = None
         self.last_action: Action | None = None
+        self._verified: _Verified | None = None
 
     @property
     def drift_detected(self) -> bool:
@@ -162,8 +207,16 @@ class ManagedFile:
 
     def write(self, content: str, *, restore_drift: bool = True, now: float | None = None) -> ManagedResult:
         now = time.time() if now is None else now
+        if self._still_verified(content, restore_drift):
+            self.last_success_at = now
+            self.last_error = None
+            self.consecutive_failures = 0
+            self.last_action = "unchanged"
+            return self._result("unchanged", False, None, None)
+        self._verified = None
         wanted = seal(content, xml=self.xml)
         wanted_digest = digest(wanted)
+        signature = stat_signature(self.path)  # before the read: a change racing it changes the signature
         current = read_current(self.path)
         drift = self.check_drift(current)
         if drift is not None and self.drift_kind is None:
@@ -175,6 +228,8 @@ class ManagedFile:
             if read_seal(text) is not None and digest(text) == wanted_digest:
                 self.last_digest = wanted_digest
                 self._success(now, current, changed=False)
+                if signature is not None:
+                    self._verified = _Verified(content, signature, restore_drift, time.monotonic())
                 return self._result("unchanged", False, None, None)
         if drift is not None and not restore_drift:
             self.last_action = "drift_kept"
@@ -196,6 +251,18 @@ class ManagedFile:
         action: Action = "restored" if drift is not None else ("created" if current is None else "written")
         self.last_action = action
         return self._result(action, True, drift, None)
+
+    def _still_verified(self, content: str, restore_drift: bool) -> bool:
+        """Whether the last full check still vouches for the file: same content wanted, same
+        ``restore_drift``, younger than ``FULL_CHECK_EVERY_S``, same stat signature."""
+        v = self._verified
+        if v is None or self.drift_kind is not None or v.restore_drift != restore_drift:
+            return False
+        if not (content is v.content or content == v.content):
+            return False
+        if not 0 <= time.monotonic() - v.at < self.FULL_CHECK_EVERY_S:
+            return False
+        return stat_signature(self.path) == v.signature
 
     def _success(self, now: float, data: bytes, *, changed: bool) -> None:
         self.last_success_at = now

@@ -4,6 +4,7 @@ import errno
 import os
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -220,3 +221,125 @@ def test_sweep_removes_a_killed_writers_temp_and_keeps_a_live_one(tmp_path):
         assert not dead.exists() and live.exists()
     finally:
         os.close(fd)
+
+
+# -- the fast path: a steady file costs a stat ----------------------------------------
+
+
+def count_reads(monkeypatch) -> list[int]:
+    from agentd.outputs import managed
+
+    calls: list[int] = []
+    real = managed.read_current
+
+    def counting(path, *a, **kw):
+        calls.append(1)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(managed, "read_current", counting)
+    return calls
+
+
+def verified(path) -> tuple[ManagedFile, os.stat_result]:
+    """A ManagedFile that wrote ``BODY`` and checked it once in full (so the next equal
+    write may take the fast path), with the file's stat at that point."""
+    mf = ManagedFile(path)
+    assert mf.write(BODY).action == "created"
+    assert mf.write(BODY).action == "unchanged"
+    return mf, os.stat(path)
+
+
+def test_a_steady_file_is_not_read_again(tmp_path, monkeypatch):
+    path = tmp_path / "nccl.conf"
+    reads = count_reads(monkeypatch)
+    mf = ManagedFile(path)
+    assert mf.write(BODY, now=1.0).action == "created"
+    first = mf.write(BODY, now=2.0)  # after a write: one full check, which takes the stat
+    assert first.action == "unchanged" and len(reads) == 2
+    for t in (3.0, 4.0):
+        r = mf.write(BODY, now=t)
+        assert r.action == "unchanged" and not r.changed and r.sha256 == first.sha256
+    assert len(reads) == 2  # the fast path read nothing
+    st = mf.status()
+    assert st.last_success_at == 4.0 and st.writes_total == 1 and not st.changed and st.ok
+    assert mf.write(BODY.replace("mlx5_0", "mlx5_1"), now=5.0).action == "written"  # other content: full path
+    assert len(reads) == 3
+
+
+def test_fast_path_ends_when_the_bound_passes(tmp_path, monkeypatch):
+    from agentd.outputs import managed
+
+    clock = [1000.0]
+    monkeypatch.setattr(managed.time, "monotonic", lambda: clock[0])
+    path = tmp_path / "nccl.conf"
+    mf, _ = verified(path)
+    reads = count_reads(monkeypatch)
+    clock[0] += ManagedFile.FULL_CHECK_EVERY_S - 1
+    assert mf.write(BODY).action == "unchanged" and reads == []
+    clock[0] += 1  # the bound: a full check again, which vouches for the next bound
+    assert mf.write(BODY).action == "unchanged" and len(reads) == 1
+    assert mf.write(BODY).action == "unchanged" and len(reads) == 1
+
+
+def test_fast_path_ends_when_restore_setting_changes(tmp_path, monkeypatch):
+    path = tmp_path / "nccl.conf"
+    mf, _ = verified(path)
+    reads = count_reads(monkeypatch)
+    assert mf.write(BODY, restore_drift=False).action == "unchanged" and len(reads) == 1
+
+
+def test_same_size_edit_in_place_with_mtime_put_back_is_drift(tmp_path):
+    """ctime catches it: ``os.utime`` sets mtime back, but the kernel sets ctime to now."""
+    path = tmp_path / "nccl.conf"
+    mf, before = verified(path)
+    good = path.read_bytes()
+    with open(path, "r+b") as f:  # same inode, same size
+        f.write(good.replace(b"mlx5_0:1", b"mlx5_9:1"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    while os.stat(path).st_ctime_ns == before.st_ctime_ns:  # a filesystem with a coarse clock: next tick
+        time.sleep(0.001)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    r = mf.write(BODY)
+    assert r.action == "restored" and r.drift == "edited" and path.read_bytes() == good
+
+
+def test_same_size_rename_over_is_drift(tmp_path):
+    path = tmp_path / "nccl.conf"
+    mf, before = verified(path)
+    other = seal(BODY.replace("mlx5_0", "mlx5_3"), xml=False)  # sealed, same size: "replaced"
+    tmp = tmp_path / "other"
+    tmp.write_text(other)
+    os.utime(tmp, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(tmp, path)
+    assert os.stat(path).st_size == before.st_size and os.stat(path).st_mtime_ns == before.st_mtime_ns
+    r = mf.write(BODY)
+    assert r.drift == "replaced" and r.action == "restored"
+    mf.write(BODY)  # verified again
+    before = os.stat(path)
+    foreign = "X" * before.st_size  # no seal, no agentd header: "foreign"
+    tmp.write_text(foreign)
+    os.replace(tmp, path)
+    assert mf.write(BODY).drift == "foreign"
+
+
+def test_deleted_after_the_fast_path_is_drift(tmp_path):
+    path = tmp_path / "nccl.conf"
+    mf, _ = verified(path)
+    assert mf.write(BODY).action == "unchanged"
+    path.unlink()
+    r = mf.write(BODY)
+    assert r.drift == "deleted" and r.action == "restored" and path.exists()
+
+
+def test_drift_kept_is_checked_in_full_every_time(tmp_path, monkeypatch):
+    path = tmp_path / "nccl.conf"
+    state = ManagedFiles(restore_drift=False)
+    write_managed(path, BODY, state=state)
+    write_managed(path, BODY, state=state)
+    path.write_text(path.read_text() + "NCCL_DEBUG=INFO\n")
+    reads = count_reads(monkeypatch)
+    for _ in range(3):
+        assert write_managed(path, BODY, state=state).action == "drift_kept"
+    assert len(reads) == 3

@@ -122,3 +122,21 @@ def test_compact_entries_share_what_did_not_change():
     h.append(cs.at(changed, 50.0))
     d = h.snapshots()[-2]
     assert d.hcas[0].ports[0].counters["symbol_error"] == 12 and d.hcas[1] is c.hcas[1]
+
+
+def test_link_states_are_reused_for_the_very_same_parts():
+    from agentd.collection.history import link_states
+
+    h = History(maxlen=100, spacing_s=10.0)
+    a = fixtures.snapshot(0.0)
+    sig = h.link_states(a)
+    assert sig == link_states(a)
+    same_parts = a.model_copy(update={"taken_at": 2.0})  # what share() makes of a steady node
+    assert h.link_states(same_parts) is sig
+    down = with_port_state(a, "DOWN")  # a new hcas tuple
+    new = h.link_states(down)
+    assert new is not sig and new == link_states(down) and new != sig
+    assert h.link_states(down) is new
+    back = h.link_states(a)  # the old parts again: computed anew (one slot), never stale
+    assert back == sig and back is not sig
+
