@@ -98,6 +98,8 @@ def _wait_until(cond, timeout: float = 10.0) -> bool:
 
 
 def test_lanes_run_in_turn_share_one_thread():
+    # Runs of earlier tests have parked (a worker parking late would otherwise be woken next).
+    assert _wait_until(lambda: all(t.name == "agentd-probe-idle" for t in _probe_workers()))
     idents = []
     for name in ("turn-a", "turn-b", "turn-c"):
         fut, started = Lane(name).submit(lambda: (threading.current_thread().ident, threading.current_thread().name))
