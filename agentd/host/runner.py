@@ -1,20 +1,32 @@
 """Run blocking probe functions off the caller's thread, with a timeout that really holds.
 
 A hung NVML call or a sysfs read stuck in the kernel cannot be cancelled from Python. So
-each probe gets a *lane*: one daemon thread at a time. While a run is still in flight
-(hung), the lane does not start another one: the caller gets the same pending future
-back, sees it time out again, and marks the probe stale. Daemon threads never block
-interpreter exit, so `agentd check` still finishes inside Slurm's limit when NVML hangs.
-(concurrent.futures' pool threads are joined at exit, which is why it is not used here.)
+each probe gets a *lane*: at most one run in flight at a time. While a run is still in
+flight (hung), the lane does not start another one: the caller gets the same pending
+future back, sees it time out again, and marks the probe stale. A hung run holds only the
+one thread it runs on; every other lane goes on with other threads.
 
-The lane's thread waits for the next run instead of ending after each one (starting a
-thread per run was ~7% of the idle daemon's CPU); it ends after ``IDLE_EXIT_S`` without
-work, so short-lived collectors (``agentd check``, tests) leave no threads behind.
+Lanes share one process-wide pool of parked daemon worker threads. A worker that finishes
+a run parks and serves the next submit of *any* lane, so probes run in turn (a collection,
+``run_sync``) are served by one thread, and the daemon's tiers stop starting threads every
+cycle (starting a thread per probe was ~2 ms of a ~25 ms collection, and ~7% of the idle
+daemon's CPU before lanes kept their threads). Each parked worker waits on its own
+condition, so a submit wakes exactly the one worker it hands its run to; with none parked
+it starts a new thread. A worker parked for ``Lane.IDLE_EXIT_S`` ends, so short-lived
+collectors (``agentd check``, tests) leave no threads behind; the most recently parked
+worker is woken first, so the surplus after a burst is the part that times out.
+
+Workers are daemon threads: they never block interpreter exit, so ``agentd check`` still
+finishes inside Slurm's limit when NVML hangs (concurrent.futures' pool threads are joined
+at exit, which is why it is not used here). A worker is named ``agentd-probe-<lane>``
+while it runs a lane's job and ``agentd-probe-idle`` while parked, and keeps no reference
+to a finished run (its future, function, arguments or result) while parked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -22,17 +34,47 @@ from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
+IDLE_THREAD_NAME = "agentd-probe-idle"
+
+_Job = tuple["Lane", "Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+# One lock guards the pool and every lane's in-flight future: each hold is a few list and
+# attribute operations, and one lock leaves no lock order to get wrong.
+_lock = threading.Lock()
+
+
+class _Worker:
+    __slots__ = ("job", "thread", "wake")
+
+    def __init__(self, job: _Job):
+        self.job: _Job | None = job
+        self.wake = threading.Condition(_lock)
+        self.thread = threading.Thread(target=_serve, args=(self,), name=_run_name(job[0]), daemon=True)
+
+
+_idle: list[_Worker] = []  # parked workers; the most recently parked last
+
+
+def _run_name(lane: Lane) -> str:
+    return f"agentd-probe-{lane.name}"
+
+
+def _reset_after_fork() -> None:
+    # A forked child has none of the parent's threads: forget the parked ones.
+    global _lock
+    _lock = threading.Lock()
+    _idle.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
 
 class Lane:
-    IDLE_EXIT_S = 15.0  # a worker thread with no run for this long ends (the next submit starts one)
+    IDLE_EXIT_S = 15.0  # a parked worker thread with no run for this long ends (a submit starts one)
 
     def __init__(self, name: str):
         self.name = name
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._inflight: Future[Any] | None = None
-        self._job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None = None
-        self._worker = False  # a worker thread is running (or starting)
+        self._inflight: Future[Any] | None = None  # the lane's run until its worker is done with it
 
     @property
     def busy(self) -> bool:
@@ -40,43 +82,50 @@ class Lane:
         return f is not None and not f.done()
 
     def submit(self, fn: Callable[..., T], *args: Any) -> tuple[Future[T], bool]:
-        """Run fn(*args) in the lane's daemon thread. Returns (future, started); when the
+        """Run fn(*args) in a pool worker thread. Returns (future, started); when the lane's
         previous run is still in flight nothing new starts and that run's future is returned."""
-        with self._lock:
+        with _lock:
             if self._inflight is not None and not self._inflight.done():
                 return self._inflight, False
             fut: Future[T] = Future()
             self._inflight = fut
-            self._job = (fut, fn, args)
-            if self._worker:
-                self._wake.notify()
+            job: _Job = (self, fut, fn, args)
+            if _idle:
+                worker = _idle.pop()
+                worker.job = job
+                worker.thread.name = _run_name(self)  # named before submit returns, not when it wakes
+                worker.wake.notify()
                 return fut, True
-            self._worker = True
-        threading.Thread(target=self._loop, name=f"agentd-probe-{self.name}", daemon=True).start()
+        _Worker(job).thread.start()  # outside the lock: start() waits for the thread to come up
         return fut, True
 
-    def _next(self) -> tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None:
-        with self._lock:
-            deadline = time.monotonic() + self.IDLE_EXIT_S
-            while self._job is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self._worker = False  # under the lock: a submit from now on starts a new thread
-                    return None
-                self._wake.wait(left)
-            job, self._job = self._job, None
-            return job
 
-    def _loop(self) -> None:
-        while (job := self._next()) is not None:
-            fut, fn, args = job
-            if not fut.set_running_or_notify_cancel():
-                continue
+def _serve(worker: _Worker) -> None:
+    with _lock:
+        job, worker.job = worker.job, None
+    while job is not None:
+        lane, fut, fn, args = job
+        del job
+        if fut.set_running_or_notify_cancel():
             try:
                 fut.set_result(fn(*args))
             except BaseException as e:
                 fut.set_exception(e)
-            del job, fut, fn, args  # hold nothing of a finished run while waiting
+        del fn, args
+        with _lock:
+            if lane._inflight is fut:
+                lane._inflight = None  # the caller has the future; the lane holds no finished run
+            del lane, fut  # park holding nothing of the finished run
+            worker.thread.name = IDLE_THREAD_NAME
+            _idle.append(worker)
+            deadline = time.monotonic() + Lane.IDLE_EXIT_S
+            while worker.job is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    _idle.remove(worker)  # under the lock: no submit can hand it a job any more
+                    return
+                worker.wake.wait(left)
+            job, worker.job = worker.job, None
 
 
 async def await_future(fut: Future[T], timeout: float) -> T:  # noqa: ASYNC109 - the timeout bounds the wait only; the shielded worker runs on
