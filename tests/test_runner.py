@@ -187,3 +187,20 @@ def test_parked_worker_keeps_no_finished_result():
     del fut
     assert _wait_until(lambda: (gc.collect(), ref() is None)[1])
     assert lane.submit(lambda: "next")[0].result(timeout=5) == "next"  # the lane still works
+
+
+async def test_async_wait_delivers_the_run_s_exception_and_a_cancelled_wait_leaves_the_run():
+    lane = Lane("async-exc")
+    fut, _ = lane.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        await await_future(fut, 5)
+    release = threading.Event()
+    fut, _ = lane.submit(lambda: release.wait(10) and "kept")
+    waiting = asyncio.ensure_future(await_future(fut, 30))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not fut.done() and lane.busy  # the run goes on; the lane does not start another
+    release.set()
+    assert await await_future(fut, 5) == "kept"

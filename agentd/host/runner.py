@@ -128,6 +128,39 @@ def _serve(worker: _Worker) -> None:
             job, worker.job = worker.job, None
 
 
-async def await_future(fut: Future[T], timeout: float) -> T:  # noqa: ASYNC109 - the timeout bounds the wait only; the shielded worker runs on
-    """Wait for a lane future from asyncio without cancelling the worker on timeout."""
-    return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), timeout)
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+async def await_future(fut: Future[T], timeout: float) -> T:  # noqa: ASYNC109 - the timeout bounds the wait only; the worker runs on
+    """Wait for a lane future from asyncio, at most ``timeout`` seconds (then TimeoutError),
+    without cancelling the worker: a hung run stays the lane's in-flight run, and a
+    cancelled wait (stop) leaves it running too.
+
+    One asyncio future woken from the worker's done callback and one timer, where
+    ``wait_for(shield(wrap_future(fut)))`` chains three futures and takes about twice the
+    event loop iterations per hand-off (a steady daemon makes several hand-offs a cycle)."""
+    if fut.done():
+        return fut.result()
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def done(_: Future[T]) -> None:  # in the worker's thread, or here if it just finished
+        try:
+            loop.call_soon_threadsafe(_wake, waiter)
+        except RuntimeError:  # the loop closed while the run was in flight: nobody waits
+            pass
+
+    fut.add_done_callback(done)
+    timer = loop.call_later(timeout, _expire, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+    return fut.result()
