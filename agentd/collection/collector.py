@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
@@ -327,6 +327,74 @@ def _reuse(spec: ProbeSpec, host: HostRoot, prev: ProbeOutput | None, inputs: tu
     return replay(host, prev.journal)
 
 
+class _Turn:
+    """The file-reading probes of one phase, run one after another in one lane run.
+
+    Probes that read files run in turn anyway (Python threads reading in parallel only
+    fight over the GIL); handing each to its own lane from the event loop costs a thread
+    wake-up and a loop round trip per probe, most of what a steady cycle costs beside the
+    reading. One run for the phase keeps every probe's own timeout: the caller waits while
+    the run makes progress, and a probe that has not finished within its timeout of the
+    previous one's end is the hung one, recorded as timed out as in its own lane. The
+    probes after it, never started, then go to their own lanes; while the hung run holds
+    its thread this group's lane is busy, and later cycles run each probe in its own lane.
+    """
+
+    def __init__(self, collector: Collector, specs: list[ProbeSpec]):
+        self.collector, self.specs, self.deps = collector, specs, dict(collector.outputs)
+        self.began = time.monotonic()
+        # (run, error, when it ended (monotonic), how long it took): appended by the lane's thread
+        self.progress: list[tuple[_Run | None, str | None, float, float]] = []
+        self.fut: Future[None] = Future()
+        self.recorded: list[ProbeOutput] = []  # in the caller's thread, as probes finish
+        self._taken = 0
+
+    def job(self) -> None:
+        for spec in self.specs:
+            t0 = time.monotonic()
+            run, error = None, None
+            try:
+                run = self.collector._body(spec, self.deps)
+            except Exception as e:
+                error = f"{type(e).__name__}: {e}"
+            t1 = time.monotonic()
+            self.progress.append((run, error, t1, t1 - t0))
+
+    def waiting(self) -> tuple[int, float]:
+        """(index of the probe running now, seconds left of its timeout)."""
+        self._take()
+        n = self._taken
+        if n >= len(self.specs):
+            return n, 0.0
+        since = self.progress[n - 1][2] if n else self.began
+        return n, self.collector._timeout(self.specs[n]) - (time.monotonic() - since)
+
+    def _take(self) -> None:
+        """Record the probes that finished since the last look (in the caller's thread)."""
+        while self._taken < len(self.progress):
+            run, error, _, took = self.progress[self._taken]
+            spec = self.specs[self._taken]
+            self.recorded.append(self.collector._record(spec, run, error, False, took))
+            self._taken += 1
+
+    def stalled(self, n: int) -> bool:
+        """After a wait ran out: whether probe ``n`` is still the one running (hung). If
+        so it is recorded as timed out; what this run does after that is ignored."""
+        self._take()
+        if self._taken > n:
+            return False
+        spec = self.specs[n]
+        self.recorded.append(self.collector._record(spec, None, None, True, self.collector._timeout(spec)))
+        self._taken = n + 1
+        return True
+
+    def unstarted(self) -> list[ProbeSpec]:
+        """After the wait: the probes this run will not record (those after a hung one,
+        or the rest when the run itself died), for their own lanes."""
+        self._take()
+        return self.specs[self._taken:]
+
+
 @dataclass
 class Collector:
     host: HostRoot
@@ -380,6 +448,18 @@ class Collector:
             lane = self._lanes[name] = Lane(name)
         return lane
 
+    def _turn(self, specs: list[ProbeSpec]) -> _Turn | None:
+        """Start ``specs`` one after another as one run in one lane (None: fewer than two,
+        or this group's earlier run still hangs: then each goes to its own lane)."""
+        if len(specs) < 2:
+            return None
+        turn = _Turn(self, specs)
+        fut, started = self._lane("turn:" + ",".join(s.name for s in specs)).submit(turn.job)
+        if not started:
+            return None
+        turn.fut = fut
+        return turn
+
     def _record(self, spec: ProbeSpec, result: _Run | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
         now = time.time()
         prev = self.outputs.get(spec.name)
@@ -427,8 +507,20 @@ class Collector:
         """Run probes (all by default) and wait for each up to its timeout (``run``'s order)."""
         for phase in self._phases(names or [p.name for p in PROBES]):
             aside = [(s, self._lane(s.name).submit(self._body, s, dict(self.outputs))[0], time.monotonic()) for s in phase if s.nvml]
-            for spec in phase:
-                if not spec.nvml:
+            turn = self._turn([s for s in phase if not s.nvml])
+            if turn is None:
+                for spec in phase:
+                    if not spec.nvml:
+                        self._wait_sync(spec, self._lane(spec.name).submit(self._body, spec, dict(self.outputs))[0], time.monotonic())
+            else:
+                while not turn.fut.done():
+                    n, left = turn.waiting()
+                    if n >= len(turn.specs):
+                        break
+                    wait([turn.fut], timeout=max(0.0, left))
+                    if not turn.fut.done() and turn.stalled(n):
+                        break
+                for spec in turn.unstarted():
                     self._wait_sync(spec, self._lane(spec.name).submit(self._body, spec, dict(self.outputs))[0], time.monotonic())
             for spec, fut, t0 in aside:
                 self._wait_sync(spec, fut, t0)
@@ -464,7 +556,20 @@ class Collector:
                     return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
             async def in_turn(specs: list[ProbeSpec]) -> list[ProbeOutput]:
-                return [await one(s) for s in specs]
+                turn = self._turn(specs)
+                if turn is None:
+                    return [await one(s) for s in specs]
+                while not turn.fut.done():
+                    n, left = turn.waiting()
+                    if n >= len(specs):
+                        break
+                    try:
+                        await await_future(turn.fut, max(0.0, left))
+                    except TimeoutError:
+                        if turn.stalled(n):
+                            break
+                rest = turn.unstarted()
+                return [*turn.recorded, *[await one(s) for s in rest]]
 
             beside = [asyncio.ensure_future(one(s)) for s in phase if s.nvml]
             try:
