@@ -129,10 +129,12 @@ def _errors(inp: CheckInput, window: list[NodeSnapshot], indexes: list[dict[tupl
     for link in g.nvlinks:
         rising = []
         olds = [ix.get((g.pci_bus_id, link.link)) for ix in indexes]
+        tables = [old.errors if old is not None else None for old in olds]
         for name, value in sorted(link.errors.items()):
-            pts = [(s.taken_at, old.errors.get(name) if old is not None else None)
-                   for s, old in zip(window, olds, strict=True)]
-            change = counter_change([*pts, (inp.snapshot.taken_at, value)])
+            values = [t.get(name) if t is not None else None for t in tables]
+            if all(v is None or v == value for v in values):
+                continue  # flat over the window (or no earlier reading): no rate to judge
+            change = counter_change([*zip((s.taken_at for s in window), values), (inp.snapshot.taken_at, value)])
             if exceeds(change, limit):
                 rising.append(f"{name} +{change.delta} in {fmt(change.seconds)} s ({fmt(change.rate or 0)}/s)")
         if rising:
