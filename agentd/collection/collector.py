@@ -588,16 +588,26 @@ class Collector:
         assembles once); ``taken_at`` and the probe statuses are always this call's."""
         h, outputs = self.host, self.outputs
         when = time.time() if taken_at is None else taken_at
-        key: list[object] = []
-        for p in PROBES:
-            o = outputs.get(p.name)
-            key += (o.data, o.errors) if o is not None else (None, None)
-        content = self._assembled.get(key, lambda: assemble(outputs, str(h.root), when, host_mode=h.mode, host_mode_reason=h.mode_reason))
+        content = self._assembled.get(_content_key(outputs), lambda: assemble(outputs, str(h.root), when, host_mode=h.mode, host_mode_reason=h.mode_reason))
         probes = tuple(outputs[p.name].status for p in PROBES if p.name in outputs)
         return content.model_copy(update={"taken_at": when, "probes": probes})
 
+    def steady_snapshot(self, taken_at: float | None = None) -> NodeSnapshot | None:
+        """``snapshot()`` when its content would be the last assembly's (cheap: no probe's
+        data or read errors changed), else None (assembling belongs off the event loop)."""
+        return self.snapshot(taken_at) if self._assembled.would_reuse(_content_key(self.outputs)) else None
+
     def with_config(self, config: AgentConfig) -> Collector:
         return replace(self, config=config)
+
+
+def _content_key(outputs: Mapping[str, ProbeOutput]) -> list[object]:
+    """What a snapshot's content is assembled from: every probe's data and read errors."""
+    key: list[object] = []
+    for p in PROBES:
+        o = outputs.get(p.name)
+        key += (o.data, o.errors) if o is not None else (None, None)
+    return key
 
 
 def collect_once(host: HostRoot, config: AgentConfig) -> NodeSnapshot:

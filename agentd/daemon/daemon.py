@@ -183,7 +183,8 @@ class Daemon:
             cfg = self.config
             await self._follow_maintenance(cfg, tier, began)
             held = self._maintenance is not None or self._maintenance_ended_at is not None
-            snap, ev = await self.publisher.judge(self._snapshot_job(), self.history, cfg)
+            steady = getattr(self.collector, "steady_snapshot", None)
+            snap, ev = await self.publisher.judge(self._snapshot_job(), self.history, cfg, steady)
             limits = self.stale_limits(cfg)
             files = await self.publisher.write(ev, snap, cfg, limits, maintenance=held)
             self._tier_runs[tier] = TierRun(tier, time.monotonic() - t0, time.time(), time.process_time() - cpu0)

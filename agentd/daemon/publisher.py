@@ -54,6 +54,10 @@ class Context:
     maintenance_ended_at: float | None = None
 
 
+# the parts ``history.share`` replaces by the previous snapshot's when equal
+_SHARED = ("pci", "hcas", "netdevs", "gpus", "read_errors", "system", "gdr", "nvml")
+
+
 class Publisher:
     def __init__(self, *, evaluate: Callable[..., Evaluation] = evaluate, writer: Writer | None = None, log: Any):
         self.evaluator = Evaluator(evaluate)
@@ -70,6 +74,8 @@ class Publisher:
         # lifecycle tracks of the findings added at build (file writes, the benchmark)
         self.extra_tracks = Tracks()
         self._topo_hash: tuple[str, str] | None = None  # (the topology XML text, its hash)
+        # (the parts of the last snapshot shared, what sharing made of it): see _steady
+        self._shared: tuple[tuple[object, ...], NodeSnapshot] | None = None
 
     async def load_baseline(self, path: Path, timeout_s: float) -> None:
         """Read the baseline at ``path`` in its lane (never on the event loop: a FIFO or a
@@ -99,20 +105,47 @@ class Publisher:
             self.log.info("baseline.loaded", path=str(path))
         self.baseline, self.baseline_read_from = b, path
 
-    async def judge(self, snapshot_job: Callable[[], NodeSnapshot], history: History, config: AgentConfig) -> tuple[NodeSnapshot, Evaluation]:
+    async def judge(self, snapshot_job: Callable[[], NodeSnapshot], history: History, config: AgentConfig,
+                    steady: Callable[[], NodeSnapshot | None] | None = None) -> tuple[NodeSnapshot, Evaluation]:
         """Take the snapshot, share its unchanged parts with the previous one, evaluate it
-        (worker thread) and append it to the history."""
+        (worker thread) and append it to the history. ``steady``: the snapshot when its
+        content is the last assembly's, else None (cheap, on the loop); when the sharing and
+        the evaluation of that would be reused too, nothing goes to a worker thread."""
         if self.baseline_read_from != config.paths.baseline:  # at start, or a reload moved it
             await self.load_baseline(config.paths.baseline, config.timeouts.probe_s)
         baseline, hist = self.baseline, history.snapshots()
         prev = hist[-1] if hist else None
+        refresh_s = config.intervals.medium_s
+        raw = steady() if steady is not None else None
+        quick = self._steady(prev, raw)
+        if raw is not None and quick is not None and self.evaluator.would_reuse(quick, config, baseline, refresh_s=refresh_s):
+            ev = self.evaluator(quick, hist, config, baseline, refresh_s=refresh_s)
+            return self._appended(history, raw, quick), ev
 
-        def job() -> tuple[NodeSnapshot, Evaluation]:
-            snap = share(prev, snapshot_job())  # unchanged parts become the previous objects
-            return snap, self.evaluator(snap, hist, config, baseline, refresh_s=config.intervals.medium_s)
+        def job() -> tuple[NodeSnapshot, NodeSnapshot, Evaluation]:
+            raw = snapshot_job()
+            snap = share(prev, raw)  # unchanged parts become the previous objects
+            return raw, snap, self.evaluator(snap, hist, config, baseline, refresh_s=refresh_s)
 
-        snap, ev = await asyncio.to_thread(job)
-        return history.append(snap), ev
+        fresh, snap, ev = await asyncio.to_thread(job)
+        return self._appended(history, fresh, snap), ev
+
+    def _appended(self, history: History, raw: NodeSnapshot, snap: NodeSnapshot) -> NodeSnapshot:
+        stored = history.append(snap)
+        self._shared = (tuple(getattr(raw, f) for f in _SHARED), stored)
+        return stored
+
+    def _steady(self, prev: NodeSnapshot | None, raw: NodeSnapshot | None) -> NodeSnapshot | None:
+        """``share(prev, raw)`` in O(1) when ``raw``'s parts are the very objects the last
+        sharing started from and ``prev`` is what it made (the history's newest entry);
+        else None."""
+        last = self._shared
+        if raw is None or prev is None or last is None:
+            return None
+        parts, made = last
+        if prev is not made or any(getattr(raw, f) is not p for f, p in zip(_SHARED, parts, strict=True)):
+            return None
+        return raw.model_copy(update={f: getattr(made, f) for f in _SHARED})
 
     async def write(self, ev: Evaluation, snap: NodeSnapshot, config: AgentConfig, stale_limits: Mapping[str, float],
                     *, maintenance: bool = False) -> tuple[FileStatus, ...]:

@@ -97,21 +97,32 @@ class Evaluator:
     _last: tuple[NodeSnapshot, Evaluation, AgentConfig, Baseline | None, float] | None = None  # snap, its evaluation, config, baseline, when
     _last_render: tuple[tuple[object, ...], tuple[Finding, ...], HcaRoles, NcclRender] | None = None
 
+    def would_reuse(self, snap: NodeSnapshot, config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> bool:
+        """Whether a call with these inputs would return the last Evaluation (O(1): no checks run)."""
+        return self._reusable(snap, config, baseline, refresh_s, time.monotonic()) is not None
+
+    def _reusable(self, snap: NodeSnapshot, config: AgentConfig, baseline: Baseline | None, refresh_s: float, now: float) -> Evaluation | None:
+        last = self._last
+        if last is None:
+            return None
+        psnap, ev, pcfg, pbase, at = last
+        if (
+            pcfg is config
+            and pbase is baseline
+            and now - at < refresh_s
+            and (ev.deadline is None or snap.taken_at < ev.deadline)
+            and all(getattr(snap, f) is getattr(psnap, f) for f in _CONTENT)
+            and _probe_flags(snap) == _probe_flags(psnap)
+        ):
+            return ev
+        return None
+
     def __call__(self, snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> Evaluation:
         now = time.monotonic()
-        last = self._last
-        if last is not None:
-            psnap, ev, pcfg, pbase, at = last
-            if (
-                pcfg is config
-                and pbase is baseline
-                and now - at < refresh_s
-                and (ev.deadline is None or snap.taken_at < ev.deadline)
-                and all(getattr(snap, f) is getattr(psnap, f) for f in _CONTENT)
-                and _probe_flags(snap) == _probe_flags(psnap)
-            ):
-                self.hits += 1
-                return ev
+        reused = self._reusable(snap, config, baseline, refresh_s, now)
+        if reused is not None:
+            self.hits += 1
+            return reused
         if self.fn is evaluate:
             ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks)
         else:

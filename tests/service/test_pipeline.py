@@ -160,3 +160,46 @@ def test_withheld_findings_label_nothing(tmp_path):
     assert nfd_labels(None, [gdr], snap)["agentd.io/gdr"] == "none"  # a critical gdr.* finding says no GDR
     observed = gdr.model_copy(update={"withheld": "observe"})
     assert nfd_labels(None, [observed], snap) == nfd_labels(None, [], snap)
+
+
+async def test_a_steady_publish_judges_without_a_worker_thread(monkeypatch):
+    """Publisher.judge: when the collector's snapshot content is the last one's (``steady``
+    gives it) and the evaluation would be reused, nothing goes to a worker thread; any
+    change (content, config) takes the thread path again."""
+    import asyncio
+
+    from agentd.collection.history import History
+    from agentd.daemon.publisher import Publisher
+
+    hops, judged = [], []
+    real = asyncio.to_thread
+
+    async def to_thread(fn, *args):
+        hops.append(fn)
+        return await real(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", to_thread)
+
+    def fn(snap, hist, config, baseline):
+        judged.append(snap.taken_at)
+        return ev()
+
+    pub, history, config = Publisher(evaluate=fn, log=None), History(720, 10.0), AgentConfig()
+    pub.baseline_read_from = config.paths.baseline  # no baseline file to read here
+    content = fixtures.snapshot(1.0)
+
+    def at(t):
+        return content.model_copy(update={"taken_at": t})
+
+    s1, e1 = await pub.judge(lambda: at(1.0), history, config, lambda: None)
+    assert len(hops) == 1 and judged == [1.0]
+    s2, e2 = await pub.judge(lambda: at(2.0), history, config, lambda: at(2.0))
+    assert len(hops) == 1 and e2 is e1 and s2.taken_at == 2.0  # on the loop, evaluation reused
+    assert all(getattr(s2, f) is getattr(s1, f) for f in ("pci", "hcas", "netdevs", "gpus", "nvml", "system"))
+    assert history.snapshots()[-1] is s2
+    changed = fixtures.snapshot(3.0, netdevs=content.netdevs[:1])
+    await pub.judge(lambda: changed, history, config, lambda: None)  # the collector saw a change
+    assert len(hops) == 2 and judged[-1] == 3.0
+    other = AgentConfig()
+    await pub.judge(lambda: changed.model_copy(update={"taken_at": 4.0}), history, other, lambda: changed.model_copy(update={"taken_at": 4.0}))
+    assert len(hops) == 3 and judged[-1] == 4.0  # another config object: judged again, in a thread
