@@ -118,9 +118,9 @@ class Publisher:
         refresh_s = config.intervals.medium_s
         raw = steady() if steady is not None else None
         quick = self._steady(prev, raw)
-        if raw is not None and quick is not None and self.evaluator.would_reuse(quick, config, baseline, refresh_s=refresh_s):
-            ev = self.evaluator(quick, hist, config, baseline, refresh_s=refresh_s)
-            return self._appended(history, raw, quick), ev
+        reused = self.evaluator.reuse(quick, config, baseline, refresh_s=refresh_s) if quick is not None else None
+        if raw is not None and quick is not None and reused is not None:
+            return self._appended(history, raw, quick), reused
 
         def job() -> tuple[NodeSnapshot, NodeSnapshot, Evaluation]:
             raw = snapshot_job()

@@ -97,9 +97,13 @@ class Evaluator:
     _last: tuple[NodeSnapshot, Evaluation, AgentConfig, Baseline | None, float] | None = None  # snap, its evaluation, config, baseline, when
     _last_render: tuple[tuple[object, ...], tuple[Finding, ...], HcaRoles, NcclRender] | None = None
 
-    def would_reuse(self, snap: NodeSnapshot, config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> bool:
-        """Whether a call with these inputs would return the last Evaluation (O(1): no checks run)."""
-        return self._reusable(snap, config, baseline, refresh_s, time.monotonic()) is not None
+    def reuse(self, snap: NodeSnapshot, config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> Evaluation | None:
+        """The last Evaluation when a call with these inputs would return it, else None
+        (O(1): no check runs; the caller can judge on the event loop)."""
+        ev = self._reusable(snap, config, baseline, refresh_s, time.monotonic())
+        if ev is not None:
+            self.hits += 1
+        return ev
 
     def _reusable(self, snap: NodeSnapshot, config: AgentConfig, baseline: Baseline | None, refresh_s: float, now: float) -> Evaluation | None:
         last = self._last
