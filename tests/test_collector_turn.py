@@ -32,9 +32,12 @@ class Spy:
         self.threads: dict[str, list[int]] = {}
         self.release = threading.Event()
         self.held = 0
+        self.owner: Collector | None = None  # only this collector's runs are watched
         real = col.Collector._body
 
         def body(c: Collector, spec: Any, deps: Any) -> Any:
+            if c is not self.owner:  # e.g. an earlier test's released run, finishing late
+                return real(c, spec, deps)
             self.threads.setdefault(spec.name, []).append(threading.get_ident())
             if spec.name == fail:
                 raise OSError("simulated reader crash")
@@ -65,7 +68,7 @@ def test_a_phase_s_file_probes_are_one_hand_off(tree: Path, monkeypatch: pytest.
         return real(lane, fn, *args)
 
     monkeypatch.setattr(Lane, "submit", submit)
-    c = _collector(tree)
+    c = spy.owner = _collector(tree)
     c.run_sync(FAST) if mode == "sync" else asyncio.run(c.run(FAST))
     assert lanes == ["turn:" + ",".join(FAST)]
     assert len({t for name in FAST for t in spy.threads[name]}) == 1
@@ -77,7 +80,7 @@ def test_a_hung_probe_in_a_turn_costs_only_itself(tree: Path, monkeypatch: pytes
     import asyncio
 
     spy = Spy(monkeypatch, hold="netdev")
-    c = _collector(tree, probe_s=0.5)
+    c = spy.owner = _collector(tree, probe_s=0.5)
 
     def run() -> None:
         if mode == "sync":
@@ -102,8 +105,8 @@ def test_a_hung_probe_in_a_turn_costs_only_itself(tree: Path, monkeypatch: pytes
 
 
 def test_a_failing_probe_in_a_turn_is_failed_and_the_others_run(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    Spy(monkeypatch, fail="ib")
-    c = _collector(tree)
+    spy = Spy(monkeypatch, fail="ib")
+    c = spy.owner = _collector(tree)
     c.run_sync(FAST)
     ib = c.outputs["ib"].status
     assert not ib.ok and not ib.timed_out and "simulated reader crash" in (ib.error or "")
