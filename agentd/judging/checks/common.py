@@ -153,6 +153,13 @@ def counter_change(readings: Sequence[tuple[float, int | None]], max_value: int 
     return CounterChange("rate", delta=v1 - v0, seconds=t1 - t0)
 
 
+def flat(earlier: Iterable[int | None], current: int) -> bool:
+    """True when no earlier reading differs from ``current`` (None: not read then): the
+    counter did not move over the window, so no rate can exceed a threshold (``exceeds``
+    needs a rise) and ``counter_change`` need not run."""
+    return all(v is None or v == current for v in earlier)
+
+
 def exceeds(change: CounterChange, per_s: float) -> bool:
     """True when a measured rate is above the threshold with enough events to mean it."""
     rate = change.rate

@@ -16,6 +16,7 @@ from agentd.judging.checks.common import (
     counter_change,
     earlier,
     exceeds,
+    flat,
     fmt,
     in_window,
     port_index,
@@ -62,8 +63,8 @@ def _rate_findings(inp: CheckInput, window: list[NodeSnapshot], indexes: list[di
             continue
         ceiling = pma_max(name, current) if name in p.counters else None
         pts = [(s.taken_at, _value(ix.get((hca, p.port)), name)) for s, ix in zip(window, indexes, strict=True)]
-        if (ceiling is None or current < ceiling) and all(v is None or v == current for _, v in pts):
-            continue  # flat over the window (or no earlier reading): no rate to judge
+        if (ceiling is None or current < ceiling) and flat((v for _, v in pts), current):
+            continue  # (a counter at its ceiling is judged: saturated)
         change = counter_change([*pts, (inp.snapshot.taken_at, current)], ceiling)
         if not exceeds(change, th.per_s):
             continue

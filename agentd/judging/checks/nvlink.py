@@ -27,6 +27,7 @@ from agentd.judging.checks.common import (
     changes,
     counter_change,
     exceeds,
+    flat,
     fmt,
     in_window,
 )
@@ -132,8 +133,8 @@ def _errors(inp: CheckInput, window: list[NodeSnapshot], indexes: list[dict[tupl
         tables = [old.errors if old is not None else None for old in olds]
         for name, value in sorted(link.errors.items()):
             values = [t.get(name) if t is not None else None for t in tables]
-            if all(v is None or v == value for v in values):
-                continue  # flat over the window (or no earlier reading): no rate to judge
+            if flat(values, value):
+                continue
             change = counter_change([*zip((s.taken_at for s in window), values), (inp.snapshot.taken_at, value)])
             if exceeds(change, limit):
                 rising.append(f"{name} +{change.delta} in {fmt(change.seconds)} s ({fmt(change.rate or 0)}/s)")
