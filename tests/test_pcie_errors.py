@@ -185,3 +185,20 @@ def test_reader_over_a_vanished_device_reports_nothing_known(tmp_path):
     snap = node(gpus=1)
     out = read_pcie_errors(ctx_at(tmp_path), snap.pci, [h.pci_bus_id for h in snap.hcas if h.pci_bus_id])
     assert out and all(r.aer is None and r.current_link_speed is None and r.current_link_width is None for r in out)
+
+
+def test_parse_aer_memo_keeps_short_texts_only():
+    """Alike files parse once (the same frozen record); a long odd file parses every time
+    and is never kept, so a hostile tree cannot grow the memo past its bound."""
+    from agentd.host import pcie_errors
+
+    short = "RxErr 0\nBadTLP 0\nTOTAL_ERR_COR 0\n"
+    assert parse_aer(short, "TOTAL_ERR_COR") is parse_aer(short, "TOTAL_ERR_COR")
+    names = [f"Bit{i}" for i in range(120)]
+    long = "".join(f"{n} {i}\n" for i, n in enumerate(names)) + f"TOTAL_ERR_COR {sum(range(120))}\n"
+    assert len(long) > pcie_errors.AER_MEMO_MAX_BYTES
+    before = pcie_errors._parse_aer_memo.cache_info().currsize
+    c = parse_aer(long, "TOTAL_ERR_COR")
+    assert c.total == sum(range(120)) and len(c.by_type) == 120
+    assert pcie_errors._parse_aer_memo.cache_info().currsize == before
+    assert parse_aer(long, "TOTAL_ERR_COR") is not c

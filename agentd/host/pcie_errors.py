@@ -41,13 +41,24 @@ AER_MAX_BYTES = 4096
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?:\[\d{1,2}\])?")
 
 
-@lru_cache(maxsize=256)
+# Texts up to this long are memoised: a real file is under 600 bytes, so a tree of odd
+# (long, all different) files costs the memo at most AER_MEMO x this, never more.
+AER_MEMO_MAX_BYTES = 1024
+AER_MEMO = 128
+
+
 def parse_aer(text: str, total_name: str) -> AerCounts:
     """One aer_dev_* file's text -> AerCounts; ValueError with the reason when it is not the ABI.
 
     Memoised on the text (pure, and AerCounts is frozen): a node has a few hundred of these
     files, nearly all alike (every count 0), read again at every full read; parsing and
     validating each was ~12% of a full collection (~6 us a file)."""
+    if len(text) <= AER_MEMO_MAX_BYTES:
+        return _parse_aer_memo(text, total_name)
+    return _parse_aer(text, total_name)
+
+
+def _parse_aer(text: str, total_name: str) -> AerCounts:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -72,6 +83,9 @@ def parse_aer(text: str, total_name: str) -> AerCounts:
             by_type[name] = count
     assert total is not None
     return AerCounts(total=total, by_type=by_type)
+
+
+_parse_aer_memo = lru_cache(maxsize=AER_MEMO)(_parse_aer)
 
 
 def read_aer(ctx: ReadContext, dev_dir: str) -> PcieAer | None:
