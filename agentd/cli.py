@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--booted-ago", type=float, metavar="SECONDS", help="the node booted this long ago (default: 3 days before the build); without --profile: change an existing root given by --out")
     p.add_argument("--list", action="store_true", help="list profiles and fault kinds")
 
-    from agentd.ncclbench.command import add_bench_parser
+    from agentd.ncclbench.cliargs import add_bench_parser
 
     add_bench_parser(sub)
 

@@ -5,7 +5,7 @@ below its minimum; 2 wrong results (data corruption) or the run failed or hit th
 limit; 3 nothing was measured (refused because the GPUs are busy, no runner, bad
 arguments or configuration).
 
-Wiring (agentd/cli.py): ``add_bench_parser(sub)`` in ``build_parser`` and
+Wiring (agentd/cli.py): ``add_bench_parser(sub)`` (agentd.ncclbench.cliargs) in ``build_parser`` and
 ``COMMANDS["bench"] = cmd_bench``.
 """
 
@@ -22,37 +22,12 @@ from agentd.collection.collector import collect_once
 from agentd.config import ConfigError, load_config
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
-from agentd.ncclbench.formulas import OPS
 from agentd.ncclbench.job import BenchOptions, run_bench_job
 from agentd.ncclbench.report import compare_text, outcome_json, outcome_text
 from agentd.ncclbench.run_history import compare, history_path, load_history
 from agentd.ncclbench.runners import parse_sizes, validate_ops
 
 EXIT = {"ok": 0, "below_min": 1, "wrong_results": 2, "failed": 2, "timeout": 2, "refused": 3, "unavailable": 3}
-
-
-def add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("bench", help="measure collectives on this node's GPUs (opt-in, needs idle GPUs)")
-    bsub = p.add_subparsers(dest="bench_command", required=True)
-    n = bsub.add_parser("nccl", help="NCCL bus bandwidth per collective and size, judged against the fabric's expected values")
-    n.add_argument("--config", type=Path, help="TOML config file (default /etc/agentd/agentd.toml, optional)")
-    n.add_argument("--host-root", type=Path, help="root of the node's filesystem (default /)")
-    n.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help=f"comma-separated collectives ({', '.join(OPS)})")
-    n.add_argument("--sizes", default="0.1M,1M,16M,64M,256M", help="comma-separated sizes, nccl-tests syntax (K/M/G = 2^10/2^20/2^30)")
-    n.add_argument("--gpus", type=int, help="GPUs to use (default: all)")
-    n.add_argument("--env-file", type=Path, help="NCCL env file to run with (default: paths.nccl_env when it exists)")
-    n.add_argument("--format", choices=("text", "json"), default="text")
-    n.add_argument("--compare", action="store_true", help="also show the change against the previous stored run")
-    n.add_argument("--compare-only", action="store_true", help="run nothing: compare the two most recent stored runs")
-    n.add_argument("--force", action="store_true", help="run even when other processes use the GPUs (or that cannot be checked)")
-    n.add_argument("--runner", choices=("auto", "nccl-tests", "torch"), default="auto")
-    n.add_argument("--transport", choices=("nvlink", "net"), default="nvlink", help="net: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, every byte through the HCAs")
-    n.add_argument("--time-limit", type=float, help="hard limit in seconds (default bench.time_limit_s)")
-    n.add_argument("--iters", type=int, default=20)
-    n.add_argument("--warmup", type=int, default=5)
-    n.add_argument("--no-check", action="store_true", help="skip the data check (nccl-tests -c 0)")
-    n.add_argument("--no-save", action="store_true", help="do not add this run to the history")
-    return p
 
 
 def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:

@@ -13,7 +13,8 @@ import pytest
 from agentd import sim
 from agentd.config import AgentConfig, load_config
 from agentd.host.gpuprocs import GpuProcesses
-from agentd.ncclbench.command import add_bench_parser, cmd_bench
+from agentd.ncclbench.cliargs import add_bench_parser
+from agentd.ncclbench.command import cmd_bench
 from agentd.ncclbench.job import BenchOptions, next_due, run_bench_job
 from agentd.ncclbench.results import BenchRun
 from agentd.ncclbench.run_history import history_path, load_history
