@@ -1,5 +1,5 @@
 import sys
 
-from agentd.cli import main
+from agentd.entry import main
 
 sys.exit(main())

@@ -9,7 +9,6 @@
   (agentd.outputs.node_state, docs/node-state.md).
 - ``run_daemon(config, *, config_path, host, ready_message=True, overrides=None) -> int``:
   the coroutine, for embedding.
-- ``python -m agentd.daemon.app [run options]`` runs it without the CLI.
 
 The service itself (schedules, publishing, reload, watchdog) is
 ``agentd.daemon.daemon.Daemon``.
@@ -17,19 +16,20 @@ The service itself (schedules, publishing, reload, watchdog) is
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from agentd.base.openssl_gate import without_tls
 from agentd.config import AgentConfig, ConfigError, load_config
-from agentd.daemon.daemon import Daemon
-from agentd.daemon.logging import configure_logging
 from agentd.host.fs import HostRoot
-from agentd.metrics.agent import process_stats
 from agentd.outputs.node_state import moved_paths, state_dir_for
 
-__all__ = ["Daemon", "main_run", "process_stats", "run_daemon"]
+# asyncio, aiohttp and structlog (which imports asyncio) are imported by main_run once the
+# config is read: with no web config file, ssl stays out of the process
+# (agentd.base.openssl_gate), and asyncio's import is where ssl would come in.
+
+__all__ = ["main_run", "run_daemon"]
 
 
 async def run_daemon(
@@ -42,6 +42,8 @@ async def run_daemon(
 ) -> int:
     """Run until SIGTERM/SIGINT. ``ready_message`` prints where to curl on stdout once
     listening; ``overrides`` (CLI flags) are applied again on every SIGHUP reload."""
+    from agentd.daemon.daemon import Daemon
+
     daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides)
 
     def announce(addresses: list[tuple[str, int]]) -> None:
@@ -103,6 +105,12 @@ def main_run(args: Any) -> int:
               "never to the node's paths", flush=True)
     if simulate:
         print(f"agentd: inject a fault: agentd simulate --out {config.host_root} --fault port_down  (undo: --clear-fault port_down)", flush=True)
+    if config.web.config_file is None:
+        without_tls()
+    import asyncio
+
+    from agentd.daemon.logging import configure_logging
+
     configure_logging(config.log_format, config.log_level)
     try:
         return asyncio.run(run_daemon(config, config_path=args.config, host=host, overrides=overrides))

@@ -14,16 +14,18 @@ import binascii
 import hashlib
 import ipaddress
 import os
-import ssl
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import bcrypt
 from aiohttp import web
 
 from agentd.daemon.webconfig import WebConfig, ssl_context
+
+if TYPE_CHECKING:
+    import ssl
 
 REALM = "agentd"
 AUTH_CACHE_TTL_S = 120.0

@@ -23,19 +23,24 @@ from __future__ import annotations
 
 import os
 import re
-import ssl
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentd.base.openssl_gate import tls_available
 from agentd.config import ConfigError
+
+if TYPE_CHECKING:  # ssl is imported where a TLS context is built (agentd.base.openssl_gate)
+    import ssl
 
 MAX_FILE_BYTES = 1 << 20
 
-TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+# Ordered as ssl.TLSVersion, without importing ssl.
+TLS_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}
+TLS_ORDER = tuple(TLS_VERSIONS)
 # Go crypto/tls CipherSuites() names -> OpenSSL names (TLS <= 1.2).
 GO_CIPHERS = {
     "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
@@ -240,7 +245,7 @@ def _semantic_errors(cfg: WebConfig) -> list[str]:
         out.append(f"{pre}.client_auth_type: client CA configured without a client auth policy (set RequireAndVerifyClientCert)")
     if t.client_allowed_sans is not None and auth != "RequireAndVerifyClientCert":
         out.append(f"{pre}.client_allowed_sans: requires client_auth_type RequireAndVerifyClientCert")
-    if TLS_VERSIONS[t.min_version] > TLS_VERSIONS[t.max_version]:
+    if TLS_ORDER.index(t.min_version) > TLS_ORDER.index(t.max_version):
         out.append(f"{pre}.min_version: {t.min_version} is above max_version {t.max_version}")
     for user, hashed in cfg.basic_auth_users.items():
         m = _BCRYPT_RE.match(hashed)
@@ -333,9 +338,14 @@ def ssl_context(cfg: WebConfig, *, origin: str = "web config") -> ssl.SSLContext
         raise fail(key_key, "no PEM private key")
     if "ENCRYPTED" in key:
         raise fail(key_key, "encrypted private keys are not supported")
+    if not tls_available():
+        raise fail("cert_file" if t.cert is None else "cert", "turning TLS on needs a restart: agentd started with no web.config_file, so without OpenSSL "
+                   "(set web.config_file at start, even to a file with no TLS, to turn TLS on and off by reload)")
+    import ssl
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = TLS_VERSIONS[t.min_version]
-    ctx.maximum_version = TLS_VERSIONS[t.max_version]
+    ctx.minimum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[t.min_version])
+    ctx.maximum_version = getattr(ssl.TLSVersion, TLS_VERSIONS[t.max_version])
     if t.prefer_server_cipher_suites:
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     else:

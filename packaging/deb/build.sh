@@ -111,7 +111,7 @@ cat >"$stage/usr/bin/agentd" <<EOF
 # user site; -S: no system site-packages) with agentd's private library directory.
 import sys
 sys.path.insert(0, "$libdir")
-from agentd.cli import main
+from agentd.entry import main
 sys.exit(main())
 EOF
 install -m 0755 "$repo/packaging/slurm/agentd-healthcheck" "$stage/usr/sbin/agentd-healthcheck"
