@@ -7,8 +7,9 @@
 
 What RSS is made of, then what it grows to:
 - ``rss_interpreter``, ``rss_import_cli``, ``rss_import_daemon``: a fresh interpreter, after
-  ``import agentd.cli`` and after ``import agentd.daemon.app`` (what ``agentd run`` needs
-  before it reads a file), with the number of modules loaded and the heaviest imports by
+  ``import agentd.cli`` and after ``import agentd.daemon.daemon`` (what ``agentd run`` needs
+  before it reads a file), both as the ``agentd`` command imports them with no web config:
+  without OpenSSL (agentd.base.openssl_gate), with the number of modules loaded and the heaviest imports by
   ``python -X importtime`` (cumulative);
 - ``rss_start``: ``agentd run`` on the tree with default intervals, once ready plus a few
   seconds; ``rss_after_load``: after /metrics (gzip, identity) and /health under
@@ -49,6 +50,7 @@ from typing import Any
 
 from common import (
     ENCODINGS,
+    ROOT,
     Agentd,
     build_root,
     concurrent,
@@ -71,7 +73,13 @@ def rss():
         if line.startswith('VmRSS:'):
             return int(line.split()[1]) * 1024
 out = {'interpreter': rss()}
-for name in sys.argv[1:]:
+names = sys.argv[1:]
+if names[:1] == ['--as-agentd']:  # what the agentd command does first, and agentd run with no web config
+    names = names[1:]
+    from agentd.base.openssl_gate import lean_process, without_tls
+    lean_process()
+    without_tls()
+for name in names:
     importlib.import_module(name)
     out[name] = rss()
 out['modules'] = len(sys.modules)
@@ -83,13 +91,19 @@ def import_figures(tag: dict[str, Any]) -> float:
     """RSS of fresh interpreters after the imports ``agentd run`` needs; returns the
     daemon-import RSS in bytes."""
     py = sys.executable
+    # As installed, with byte-code: pip compiles it, the deb's postinst and the rpm's build
+    # too. A tree without it (a fresh clone, PYTHONDONTWRITEBYTECODE) compiles agentd's
+    # modules at every start and would count the compiler's memory in every figure below.
+    subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "agentd")], capture_output=True, check=False)
     base = json.loads(subprocess.run([py, "-c", _PROBE], capture_output=True, text=True, check=True).stdout)
-    cli = json.loads(subprocess.run([py, "-c", _PROBE, "agentd.cli"], capture_output=True, text=True, check=True).stdout)
-    app = json.loads(subprocess.run([py, "-c", _PROBE, "agentd.cli", "agentd.daemon.app"], capture_output=True, text=True, check=True).stdout)
+    cli = json.loads(subprocess.run([py, "-c", _PROBE, "--as-agentd", "agentd.cli"], capture_output=True, text=True, check=True).stdout)
+    app = json.loads(subprocess.run([py, "-c", _PROBE, "--as-agentd", "agentd.cli", "agentd.daemon.daemon"], capture_output=True, text=True, check=True).stdout)
     emit(B, "rss_interpreter", base["interpreter"] / MIB, "MiB", **tag, modules=base["modules"])
     emit(B, "rss_import_cli", cli["agentd.cli"] / MIB, "MiB", **tag, modules=cli["modules"])
-    emit(B, "rss_import_daemon", app["agentd.daemon.app"] / MIB, "MiB", **tag, modules=app["modules"])
-    r = subprocess.run([py, "-X", "importtime", "-c", "import agentd.cli, agentd.daemon.app"], capture_output=True, text=True, check=True)
+    emit(B, "rss_import_daemon", app["agentd.daemon.daemon"] / MIB, "MiB", **tag, modules=app["modules"],
+         note="without OpenSSL, as agentd run with no web config (agentd.base.openssl_gate)")
+    lean = "from agentd.base.openssl_gate import lean_process, without_tls; lean_process(); without_tls(); "
+    r = subprocess.run([py, "-X", "importtime", "-c", lean + "import agentd.cli, agentd.daemon.daemon"], capture_output=True, text=True, check=True)
     total, top = 0, []
     for line in r.stderr.splitlines():
         m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
@@ -103,7 +117,7 @@ def import_figures(tag: dict[str, Any]) -> float:
     top.sort(reverse=True)
     emit(B, "import_time_daemon", total / 1000, "ms", **tag, note="cumulative, python -X importtime",
          heaviest_non_agentd_ms={name: round(us / 1000, 1) for us, name in top[:12]})
-    return float(app["agentd.daemon.app"])
+    return float(app["agentd.daemon.daemon"])
 
 
 async def http_load(d: Agentd, args: argparse.Namespace) -> None:
