@@ -339,7 +339,7 @@ def ssl_context(cfg: WebConfig, *, origin: str = "web config") -> ssl.SSLContext
     if "ENCRYPTED" in key:
         raise fail(key_key, "encrypted private keys are not supported")
     if not tls_available():
-        raise fail("cert_file" if t.cert is None else "cert", "turning TLS on needs a restart: agentd started with no web.config_file, so without OpenSSL "
+        raise fail(cert_key, "turning TLS on needs a restart: agentd started with no web.config_file, so without OpenSSL "
                    "(set web.config_file at start, even to a file with no TLS, to turn TLS on and off by reload)")
     import ssl
 
