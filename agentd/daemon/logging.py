@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Mapping, MutableMapping, TextIO
+from typing import Any, Mapping, MutableMapping, Sequence, TextIO
 
 import structlog
 
 from agentd.base.escape import printable
 from agentd.daemon.state import State
 from agentd.judging.staleness import stale_probe_names
+from agentd.model import Finding
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -56,6 +57,45 @@ Event = tuple[str, str, dict[str, Any]]  # (level, event name, fields)
 _LEVEL_OF = {"ok": "debug", "warning": "info", "critical": "warning"}
 
 
+def _stale(state: State) -> tuple[str, ...]:
+    """The probes stale as of the State's own time (once per State: the next publish asks again)."""
+    return state.cached("stale_probes", lambda: stale_probe_names(state.snapshot, state.stale_limits, state.generated_mono))
+
+
+def _finding_changes(old: Sequence[Finding], new: Sequence[Finding]) -> list[Event]:
+    """Raised, changed, clearing and cleared findings (their fields built only for those)."""
+    events: list[Event] = []
+    old_f = {(f.code, f.subject): f for f in old}
+    new_f = {(f.code, f.subject): f for f in new}
+    for key, f in new_f.items():
+        prev = old_f.get(key)
+        if prev is f:
+            continue
+        level = _LEVEL_OF[f.severity] if f.withheld is None else "info" if f.severity != "ok" else "debug"
+        if prev is None:
+            events.append((level, "finding.raised", _fields(f)))
+        elif prev.severity != f.severity:
+            events.append(("info", "finding.changed", {**_fields(f), "old_severity": prev.severity}))
+        elif prev.withheld != f.withheld:  # now counts (pending met raise_after, grace over), or no longer
+            events.append((level, "finding.changed", {**_fields(f), "old_withheld": prev.withheld}))
+        elif f.clears_at is not None and prev.clears_at is None:  # gone, sticky until clears_at
+            events.append(("info", "finding.clearing", {**_fields(f), "clears_at": f.clears_at}))
+    for key, f in old_f.items():
+        if key not in new_f:
+            level = "debug" if f.severity == "ok" else "info"
+            events.append((level, "finding.cleared", {"code": f.code, "subject": f.subject, "severity": f.severity}))
+    return events
+
+
+def _fields(f: Finding) -> dict[str, Any]:
+    fields: dict[str, Any] = {"code": f.code, "subject": f.subject, "severity": f.severity, "message": f.message}
+    if f.withheld is not None:  # shown, not counted (observe, pending, boot_grace)
+        fields["withheld"] = f.withheld
+    if f.since is not None:
+        fields["since"] = f.since
+    return fields
+
+
 def state_changes(old: State | None, new: State) -> list[Event]:
     events: list[Event] = []
     if new.ready and (old is None or not old.ready):
@@ -65,31 +105,11 @@ def state_changes(old: State | None, new: State) -> list[Event]:
         level = "warning" if new.status == "critical" else "info"
         events.append((level, "health.status_changed", {"old": old_status, "new": new.status}))
 
-    old_f = {(f.code, f.subject): f for f in old.findings} if old is not None else {}
-    new_f = {(f.code, f.subject): f for f in new.findings}
-    for key, f in new_f.items():
-        prev = old_f.get(key)
-        fields: dict[str, Any] = {"code": f.code, "subject": f.subject, "severity": f.severity, "message": f.message}
-        if f.withheld is not None:  # shown, not counted (observe, pending, boot_grace)
-            fields["withheld"] = f.withheld
-        if f.since is not None:
-            fields["since"] = f.since
-        level = _LEVEL_OF[f.severity] if f.withheld is None else "info" if f.severity != "ok" else "debug"
-        if prev is None:
-            events.append((level, "finding.raised", fields))
-        elif prev.severity != f.severity:
-            events.append(("info", "finding.changed", {**fields, "old_severity": prev.severity}))
-        elif prev.withheld != f.withheld:  # now counts (pending met raise_after, grace over), or no longer
-            events.append((level, "finding.changed", {**fields, "old_withheld": prev.withheld}))
-        elif f.clears_at is not None and prev.clears_at is None:  # gone, sticky until clears_at
-            events.append(("info", "finding.clearing", {**fields, "clears_at": f.clears_at}))
-    for key, f in old_f.items():
-        if key not in new_f:
-            level = "debug" if f.severity == "ok" else "info"
-            events.append((level, "finding.cleared", {"code": f.code, "subject": f.subject, "severity": f.severity}))
+    if old is None or old.findings is not new.findings:  # a steady publish shares the very tuple
+        events.extend(_finding_changes(old.findings if old is not None else (), new.findings))
 
-    old_stale = set(stale_probe_names(old.snapshot, old.stale_limits, old.generated_mono)) if old is not None and old.ready else set()
-    new_stale = set(stale_probe_names(new.snapshot, new.stale_limits, new.generated_mono)) if new.ready else set()
+    old_stale = set(_stale(old)) if old is not None and old.ready else set()
+    new_stale = set(_stale(new)) if new.ready else set()
     by_name = {p.name: p for p in new.snapshot.probes} if new.snapshot else {}
     for name in sorted(new_stale - old_stale):
         p = by_name.get(name)

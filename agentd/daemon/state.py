@@ -70,8 +70,8 @@ class State:
 
     @property
     def measured_status(self) -> Literal["ok", "degraded", "critical"]:
-        """The node's status from the findings that count, maintenance or not."""
-        return overall_status(self.findings)
+        """The node's status from the findings that count, maintenance or not (once per State)."""
+        return self.cached("measured_status", lambda: overall_status(self.findings))
 
     @property
     def status(self) -> HealthStatus:
@@ -79,7 +79,7 @@ class State:
             return "starting"
         if self.in_maintenance:
             return "maintenance"
-        return overall_status(self.findings)
+        return self.measured_status
 
     def cached(self, key: Any, build: Callable[[], _T]) -> _T:
         """Derived data computed at most once per State (the loop thread is the only reader)."""
