@@ -148,6 +148,27 @@ def test_sim_hang_s_is_honoured(tmp_path, monkeypatch):
     assert slept == [0.05]
 
 
+def test_sim_same_answer_is_parsed_once_and_still_hangs(tmp_path, monkeypatch):
+    """A recorded answer whose text did not change is the previous NvmlInfo (parsed
+    once), a simulated hang still hangs on every read, and a changed answer is parsed."""
+    slept: list[float] = []
+    monkeypatch.setattr(nvml, "_sleep", slept.append)
+    parsed: list[str] = []
+    real = nvml.SimNvml.model_validate
+    monkeypatch.setattr(nvml.SimNvml, "model_validate", lambda data: parsed.append("x") or real(data))
+    doc = {"hang_s": 0.05, "driver_version": "550.54.15", "gpus": [{"index": 0, "pci_bus_id": "00000000:1B:00.0"}]}
+    first = read_nvml(sim_ctx(tmp_path, doc))
+    again = read_nvml(sim_ctx(tmp_path, None))
+    assert again is first and first.gpus[0].pci_bus_id == "0000:1b:00.0"
+    assert slept == [0.05, 0.05] and len(parsed) == 1
+    changed = read_nvml(sim_ctx(tmp_path, {**doc, "driver_version": "550.90.07"}))
+    assert changed.driver_version == "550.90.07" and len(parsed) == 2
+    bad = sim_ctx(tmp_path, {**doc, "driver": "x"})
+    assert read_nvml(bad).available is False and bad.errors  # a bad answer is reported on every read
+    bad_again = sim_ctx(tmp_path, None)
+    assert read_nvml(bad_again).available is False and bad_again.errors
+
+
 def test_sim_hang_s_really_sleeps_in_a_worker_lane(tmp_path):
     ctx = sim_ctx(tmp_path, {"hang_s": 0.05, "init_error": "hung then failed"})
     fut, started = Lane("nvml").submit(read_nvml, ctx)
