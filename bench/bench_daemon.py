@@ -189,9 +189,9 @@ async def idle(d: Agentd, args: argparse.Namespace, tag: dict, tmp: Path) -> Non
         c1, f1, t1, w1 = cpu_seconds(d.pid), cpu_ns(floor.pid), time.monotonic(), time.time()
     finally:
         stop_process(floor)
-    # The daemon: utime+stime (every thread, exited ones too; 10 ms ticks; a schedstat sum
-    # over live threads would lose the lane threads that exit). The floor is one thread:
-    # its schedstat ns (a fast pass is ~2 ms, ticks would round it away).
+    # The daemon: its process CPU-time clock (every thread, exited ones too, in ns; a
+    # schedstat sum over live threads would lose the lane threads that exit). The floor is
+    # one thread: its schedstat ns (a fast pass is ~2 ms, ticks would round it away).
     idle_pct, floor_pct = 100 * (c1 - c0) / (t1 - t0), (f1 - f0) / 1e7 / (t1 - t0)
     emit(B, "idle_cpu", idle_pct, "percent_of_one_core", **tag, seconds=round(t1 - t0, 1), intervals="default (2/10/30 s)")
     passes: dict[str, list[float]] = {t: [] for t in TIERS}
@@ -204,7 +204,7 @@ async def idle(d: Agentd, args: argparse.Namespace, tag: dict, tmp: Path) -> Non
          files={t: len(reads[t]["files"]) for t in TIERS}, listings={t: len(reads[t]["listings"]) for t in TIERS},
          what="bench/floor_reader.py: open/read + listdir of the same paths on the same schedule, same window")
     ratio(B, "idle_cpu_vs_floor", idle_pct, floor_pct, TARGETS["idle_cpu"], **tag, seconds=round(t1 - t0, 1),
-          note="the daemon's CPU is counted in 10 ms ticks: over a short window (--quick) a few ticks")
+          note="over a short window (--quick) the slow tier may run in neither")
     emit(B, "rss", rss_bytes(d.pid) / 2**20, "MiB", **tag)
     hwm = next((int(x.split()[1]) for x in Path(f"/proc/{d.pid}/status").read_text().splitlines() if x.startswith("VmHWM:")), 0)
     emit(B, "rss_peak", hwm / 1024, "MiB", **tag, note="VmHWM, after the load runs")

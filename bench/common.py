@@ -103,8 +103,16 @@ def free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+    """CPU time of every thread of ``pid``, those that exited included: the process's
+    CPU-time clock (the id ``clock_getcpuclockid(3)`` makes: ``~pid << 3 | 2``), exact to
+    the nanosecond. Where the kernel refuses it, utime + stime from ``/proc/PID/stat``,
+    in 10 ms ticks (over a 25 s idle window that was +-0.08 % of a core, a third of the
+    floor)."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 def cpu_ns(pid: int) -> int:
