@@ -61,6 +61,8 @@ class CollectorLike(Protocol):
     def snapshot(self) -> NodeSnapshot: ...
 
     def with_config(self, config: AgentConfig) -> CollectorLike: ...
+
+
 def _settle(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -287,6 +289,8 @@ class Daemon:
         """One heartbeat (a plain loop callback, re-armed by itself: no task step per beat):
         the stamp /livez reads, and WATCHDOG=1 every ``period_s`` while collections complete."""
         wd = self.watchdog
+        every = min(self.HEARTBEAT_S, wd.period_s) if wd is not None else self.HEARTBEAT_S
+        self._beat_handle = asyncio.get_running_loop().call_later(every, self._beat)  # re-armed first: nothing below can stop the beat
         now = self._heartbeat_mono = time.monotonic()
         if wd is not None and self._state.ready and now - self._last_pet >= wd.period_s:
             if wd.should_pet(self._last_cycle_mono, now):
@@ -298,8 +302,6 @@ class Daemon:
             elif not self._watchdog_withheld:
                 self._watchdog_withheld = True
                 self.log.error("watchdog.withheld", reason="no collection completed within WatchdogSec/2", watchdog_s=wd.interval_s)
-        every = min(self.HEARTBEAT_S, wd.period_s) if wd is not None else self.HEARTBEAT_S
-        self._beat_handle = asyncio.get_running_loop().call_later(every, self._beat)
 
     async def reload(self) -> bool:
         """SIGHUP: load the config again; on error keep the running one. True if applied."""
