@@ -51,15 +51,20 @@ def _not_regular(path: Path | str, mode: int) -> NotRegularFile:
 
 def read_fd(fd: int, max_bytes: int, chunk: int = 1 << 20) -> bytes:
     """At most ``max_bytes`` from an open file descriptor, until end of file."""
-    chunks: list[bytes] = []
-    left = max_bytes
+    if max_bytes <= 0:
+        return b""
+    first = os.read(fd, min(max_bytes, chunk))  # most files (sysfs attributes): all of it, then b""
+    if not first or len(first) >= max_bytes:
+        return first
+    chunks = [first]
+    left = max_bytes - len(first)
     while left > 0:
         b = os.read(fd, min(left, chunk))
         if not b:
             break
         chunks.append(b)
         left -= len(b)
-    return b"".join(chunks)
+    return first if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_regular(path: Path | str, max_bytes: int = 4 << 20) -> bytes:

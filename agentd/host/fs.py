@@ -532,19 +532,24 @@ class ReadContext:
         dirs.move_to_end(real)
         return fd, real, name
 
+    # Each access holds the lock for its walk and its read (``_DirFds``); the ``_held``
+    # forms are for a caller that holds it already (``replay``, for the whole journal).
     def _resolve_path(self, p: str) -> tuple[str, bool]:
         with self._fds.lock:
-            if len(self._fds.dirs) > MAX_OPEN_DIRS:
-                self._fds.trim(MAX_OPEN_DIRS)
-            try:
-                real = self._real_dir(p)
-                self._dir_fd(real)  # it exists (a resolved path from the cache need not)
-                return real, True
-            except OSError as e:
-                if e.errno != errno.ENOTDIR:
-                    raise
-            d, _, name = p.rpartition("/")
-            return self._walk(self._real_dir(d), [name], want_dir=False)
+            return self._resolve_held(p)
+
+    def _resolve_held(self, p: str) -> tuple[str, bool]:
+        if len(self._fds.dirs) > MAX_OPEN_DIRS:
+            self._fds.trim(MAX_OPEN_DIRS)
+        try:
+            real = self._real_dir(p)
+            self._dir_fd(real)  # it exists (a resolved path from the cache need not)
+            return real, True
+        except OSError as e:
+            if e.errno != errno.ENOTDIR:
+                raise
+        d, _, name = p.rpartition("/")
+        return self._walk(self._real_dir(d), [name], want_dir=False)
 
     # -- accesses, as the journal and replay see them ----------------------------
     def _read(self, p: str, max_bytes: int, read: Callable[[str, int], bytes] | None = None) -> bytes:
@@ -559,19 +564,23 @@ class ReadContext:
     def _list(self, p: str) -> list[str]:
         if not self._confined:
             names = os.listdir(p)
-        else:
-            with self._fds.lock:
-                if len(self._fds.dirs) > MAX_OPEN_DIRS:
-                    self._fds.trim(MAX_OPEN_DIRS)
-                d = p.rstrip("/")
-                real = self._alias.get(d)
-                if real is None:
-                    real = self._real_dir(d)
-                fd = os.open(".", _LIST_FLAGS, dir_fd=self._dir_fd(real))
-                try:
-                    names = os.listdir(fd)
-                finally:
-                    os.close(fd)
+            names.sort()
+            return names
+        with self._fds.lock:
+            return self._list_held(p)
+
+    def _list_held(self, p: str) -> list[str]:
+        if len(self._fds.dirs) > MAX_OPEN_DIRS:
+            self._fds.trim(MAX_OPEN_DIRS)
+        d = p.rstrip("/")
+        real = self._alias.get(d)
+        if real is None:
+            real = self._real_dir(d)
+        fd = os.open(".", _LIST_FLAGS, dir_fd=self._dir_fd(real))
+        try:
+            names = os.listdir(fd)
+        finally:
+            os.close(fd)
         names.sort()
         return names
 
@@ -579,19 +588,25 @@ class ReadContext:
         if not self._confined:
             return os.path.lexists(p)
         with self._fds.lock:
-            try:
-                fd, _, name = self._locate(p)
-                os.lstat(name, dir_fd=fd)
-            except OSError:
-                return False
-            return True
+            return self._lexists_held(p)
+
+    def _lexists_held(self, p: str) -> bool:
+        try:
+            fd, _, name = self._locate(p)
+            os.lstat(name, dir_fd=fd)
+        except OSError:
+            return False
+        return True
 
     def _readlink(self, p: str) -> str:
         if not self._confined:
             return os.readlink(p)
         with self._fds.lock:
-            fd, _, name = self._locate(p)
-            return os.readlink(name, dir_fd=fd)
+            return self._readlink_held(p)
+
+    def _readlink_held(self, p: str) -> str:
+        fd, _, name = self._locate(p)
+        return os.readlink(name, dir_fd=fd)
 
     def _log(self, entry: JournalEntry) -> None:
         if self.journal is not None:
@@ -778,32 +793,86 @@ def replay(host: HostRoot, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
     ctx = ReadContext(host, "replay")
     ctx._rec = None
     try:
-        for entry in journal:
-            op, p = entry[0], cast(str, entry[1])
-            out: Hashable
-            try:
-                if op == "raw" or op == "config":
-                    out = ctx._read(p, cast(int, entry[2]))
-                    ctx.files_read += 1
-                elif op == "listdir":
-                    out = tuple(ctx._list(p))
-                elif op == "resolve":
-                    out = ctx._resolve_path(p)
-                elif op == "exists":
-                    out = ctx._lexists(p)
-                elif op == "readlink":
-                    out = ctx._readlink(p)
-                else:
-                    return False, ctx.files_read
-            except ReadFailure as e:
-                out = Escaped(e.detail)
-            except OSError as e:
-                out = e.errno
-            if out != entry[-1]:
-                return False, ctx.files_read
-        return True, ctx.files_read
+        if not ctx._confined:
+            return _replay_plain(ctx, journal)
+        with ctx._fds.lock:  # once for the whole journal, not once per access
+            return _replay_confined(ctx, journal)
     finally:
         ctx.close()
+
+
+def _replay_confined(ctx: ReadContext, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
+    """``replay`` under a confined root, the context's lock held. Reads one after another
+    in the same directory (most of a journal: a port's or a device's attributes) share
+    its fd: it is located once, and nothing between them can close it (only locating
+    another directory trims the cache, and the lock keeps other contexts' sweeps out)."""
+    files, last_dir, dir_fd, real = 0, "", -1, ""
+    for entry in journal:
+        op, p = entry[0], cast(str, entry[1])
+        out: Hashable
+        try:
+            if op == "raw" or op == "config":
+                d, _, name = p.rpartition("/")
+                if d != last_dir or not last_dir:
+                    last_dir = ""
+                    dir_fd, real, name = ctx._locate(p)
+                    if name != ".":
+                        last_dir = d
+                    out = read_bounded(_at(real + "/" + name if name != "." else real, dir_fd, name), cast(int, entry[2]))
+                else:
+                    out = read_bounded(_at(real + "/" + name, dir_fd, name), cast(int, entry[2]))
+                files += 1
+            else:
+                last_dir = ""  # the accesses below may trim the directory cache
+                if op == "listdir":
+                    out = tuple(ctx._list_held(p))
+                elif op == "resolve":
+                    out = ctx._resolve_held(p)
+                elif op == "exists":
+                    out = ctx._lexists_held(p)
+                elif op == "readlink":
+                    out = ctx._readlink_held(p)
+                else:
+                    return False, files
+        except ReadFailure as e:
+            out, last_dir = Escaped(e.detail), ""
+        except OSError as e:
+            out, last_dir = e.errno, ""
+        if out != entry[-1]:
+            return False, files
+    return True, files
+
+
+def _replay_plain(ctx: ReadContext, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
+    """``replay`` under ``/``: every path is inside the root, so accesses are plain
+    (``resolve`` still walks: it is how links are followed there too)."""
+    files = 0
+    for entry in journal:
+        op, p = entry[0], cast(str, entry[1])
+        out: Hashable
+        try:
+            if op == "raw" or op == "config":
+                out = read_bounded(p, cast(int, entry[2]))
+                files += 1
+            elif op == "listdir":
+                names = os.listdir(p)
+                names.sort()
+                out = tuple(names)
+            elif op == "resolve":
+                out = ctx._resolve_path(p)
+            elif op == "exists":
+                out = os.path.lexists(p)
+            elif op == "readlink":
+                out = os.readlink(p)
+            else:
+                return False, files
+        except ReadFailure as e:
+            out = Escaped(e.detail)
+        except OSError as e:
+            out = e.errno
+        if out != entry[-1]:
+            return False, files
+    return True, files
 
 
 def parse_int(s: str, base: int = 10) -> int | None:
