@@ -132,3 +132,59 @@ def test_a_refresh_of_a_steady_node_reuses_the_nccl_render(tree: Path) -> None:
     other = c.config.model_copy(update={"nccl": c.config.nccl.model_copy(update={"ib_tc": 106})})
     third = ev(snap, (), other, None, refresh_s=0.0)
     assert third.render is not first.render and ("NCCL_IB_TC", "106") in third.nccl_env
+
+
+# -- the quick check: the fast tier's signals every scheduled cycle, the whole journal every medium interval
+
+
+def _mtu(c: Collector, name: str) -> int | None:
+    return next(n.mtu for n in c.outputs["netdev"].data if n.name == name)
+
+
+def _quick(c: Collector, names: list[str]) -> None:
+    import asyncio
+
+    asyncio.run(c.run(names, quick=True))
+
+
+def test_a_quick_check_reads_only_the_signals_and_the_whole_journal_when_due(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentd.collection.collector as col
+
+    root = Path(sim.build_tree("h100-ib", tmp_path / "root"))
+    c = Collector(HostRoot.at(root), AgentConfig.model_validate({"intervals": {"medium_s": 3600}}))
+    c.run_sync()
+    full = {n: c.outputs[n].status.files_read for n in ("ib", "netdev")}
+    netdevs = c.outputs["netdev"].data
+    (root / "sys/class/net/ib0/mtu").write_text("2044\n")  # not a signal: a quick check does not see it
+    _quick(c, ["ib", "netdev"])
+    for name in ("ib", "netdev"):
+        out = c.outputs[name]
+        assert out.reused and 0 < out.status.files_read <= full[name] / 2, (name, out.status.files_read, full[name])
+    assert c.outputs["netdev"].data is netdevs
+    # a run that is not quick (an event, a reload) replays the whole journal: the MTU is seen
+    c.run_sync(["netdev"])
+    assert not c.outputs["netdev"].reused and _mtu(c, "ib0") == 2044
+    # a signal is seen by the quick check
+    sim.apply_fault(root, "port_down@mlx5_2")
+    _quick(c, ["ib", "netdev"])
+    assert not c.outputs["ib"].reused
+    assert any("DOWN" in p.state.upper() for h in c.outputs["ib"].data if h.name == "mlx5_2" for p in h.ports)
+    # once the whole journal is older than the medium interval, a quick check replays all of it
+    (root / "sys/class/net/ib0/mtu").write_text("4092\n")
+    monkeypatch.setattr(col.time, "monotonic", lambda real=col.time.monotonic: real() + 3600)
+    _quick(c, ["netdev"])
+    assert not c.outputs["netdev"].reused and _mtu(c, "ib0") == 4092
+
+
+def test_a_quick_check_sees_a_flap_between_two_cycles(tmp_path: Path) -> None:
+    """The carrier went down and up again between two checks: state reads the same, the
+    kernel's carrier_changes count does not."""
+    root = Path(sim.build_tree("h100-roce", tmp_path / "root"))
+    c = Collector(HostRoot.at(root), AgentConfig.model_validate({"intervals": {"medium_s": 3600}}))
+    c.run_sync()
+    name = next(n.name for n in c.outputs["netdev"].data if n.carrier_changes is not None and not n.is_virtual)
+    path = root / "sys/class/net" / name / "carrier_changes"
+    path.write_text(f"{int(path.read_text()) + 2}\n")
+    _quick(c, ["netdev"])
+    assert not c.outputs["netdev"].reused
+    assert next(n.carrier_changes for n in c.outputs["netdev"].data if n.name == name) == int(path.read_text())

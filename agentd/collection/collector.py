@@ -12,6 +12,12 @@ the same reads, no parsing. When every answer is the same the probe's previous o
 object is kept, so assembly, the evaluation and the metrics areas reuse their results by
 identity; at the first difference the probe runs in full. A full run also happens at
 least every ``FULL_READ_EVERY_S``, and whenever a probe it depends on changed.
+
+A quick check (``run(..., quick=True)``: the daemon's scheduled fast cycles) replays only
+a probe's ``signals``: the accesses that change when a link does (port state, carrier,
+operstate, speed, the carrier-change count, the device lists), about a third of the fast
+tier's. The whole journal is still replayed at least every ``intervals.medium_s``, and on
+every run that is not quick (udev and rtnetlink events, reloads, the first run).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
 from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pci, pcie_errors, system, versions
-from agentd.host.fs import HostRoot, ReadContext, replay
+from agentd.host.fs import HostRoot, JournalEntry, ReadContext, replay
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
@@ -67,6 +73,9 @@ class ProbeOutput:
     inputs: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # the data of the probes it read (``after``)
     full_at: float = 0.0  # time.monotonic() of that full run
     reused: bool = False  # this run replayed the journal and kept the previous data
+    # The journal's entries a quick check replays (``ProbeSpec.signals``); None: all.
+    signals: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    checked_at: float = 0.0  # time.monotonic() of the latest full run or whole-journal replay
 
 
 ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], Any]
@@ -95,6 +104,23 @@ class ProbeSpec:
     # A probe over a stream rather than files (the kernel log): the collector keeps one
     # ``KernelLogSource`` for it and ``fn`` is not used.
     stream: bool = False
+    # Which journal entries a quick check replays (None: the whole journal, always).
+    signals: Callable[[JournalEntry], bool] | None = None
+
+
+def _signals(files: frozenset[str], listings: Callable[[str], bool] = lambda p: True) -> Callable[[JournalEntry], bool]:
+    """A quick check's entries: every resolve (a device entry retargeted), the listings
+    ``listings`` keeps (devices or ports come and go) and the reads of ``files``."""
+
+    def keep(entry: JournalEntry) -> bool:
+        op, path = entry[0], str(entry[1])
+        if op == "resolve":
+            return True
+        if op == "listdir":
+            return listings(path)
+        return op == "raw" and path.rpartition("/")[2] in files
+
+    return keep
 
 
 def _files_unless_live(host: HostRoot) -> bool:
@@ -147,10 +173,11 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions())),
     ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
     ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids")),
-    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), ()),
+    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (), signals=_signals(infiniband.LINK_SIGNALS)),
     ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), ()),
     ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ()),
-    ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), ()),
+    ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
+              signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET))),
     ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
     ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
     ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
@@ -312,19 +339,27 @@ class _Run:
     inputs: tuple[Any, ...] = ()
     full_at: float = 0.0
     reused: bool = False
+    signals: tuple[Any, ...] | None = None
+    checked_at: float = 0.0
 
 
 def _inputs(spec: ProbeSpec, outputs: Mapping[str, ProbeOutput]) -> tuple[Any, ...]:
     return tuple(outputs[a].data if a in outputs else None for a in spec.after)
 
 
-def _reuse(spec: ProbeSpec, host: HostRoot, prev: ProbeOutput | None, inputs: tuple[Any, ...], now: float) -> tuple[bool, int]:
-    """(True, files read) when replaying ``prev``'s journal shows nothing it read changed."""
+def _reuse(host: HostRoot, prev: ProbeOutput | None, inputs: tuple[Any, ...], now: float, quick_s: float) -> tuple[bool, int, float]:
+    """(True, files read, when the whole journal was last replayed equal) when replaying
+    ``prev``'s journal shows nothing it read changed: only its signals while the last
+    whole replay is younger than ``quick_s`` (0: never), else all of it."""
     if prev is None or prev.journal is None or not prev.status.ok or prev.status.stale:
-        return False, 0
+        return False, 0, now
     if now - prev.full_at >= FULL_READ_EVERY_S or len(inputs) != len(prev.inputs) or any(a is not b for a, b in zip(inputs, prev.inputs)):
-        return False, 0
-    return replay(host, prev.journal)
+        return False, 0, now
+    if prev.signals is not None and now - prev.checked_at < quick_s:
+        same, files = replay(host, prev.signals)
+        return same, files, prev.checked_at
+    same, files = replay(host, prev.journal)
+    return same, files, now
 
 
 class _Turn:
@@ -340,8 +375,8 @@ class _Turn:
     its thread this group's lane is busy, and later cycles run each probe in its own lane.
     """
 
-    def __init__(self, collector: Collector, specs: list[ProbeSpec]):
-        self.collector, self.specs, self.deps = collector, specs, dict(collector.outputs)
+    def __init__(self, collector: Collector, specs: list[ProbeSpec], quick: bool = False):
+        self.collector, self.specs, self.deps, self.quick = collector, specs, dict(collector.outputs), quick
         self.began = time.monotonic()
         # (run, error, when it ended (monotonic), how long it took): appended by the lane's thread
         self.progress: list[tuple[_Run | None, str | None, float, float]] = []
@@ -354,7 +389,7 @@ class _Turn:
             t0 = time.monotonic()
             run, error = None, None
             try:
-                run = self.collector._body(spec, self.deps)
+                run = self.collector._body(spec, self.deps, self.quick)
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
             t1 = time.monotonic()
@@ -417,24 +452,28 @@ class Collector:
     def _timeout(self, spec: ProbeSpec) -> float:
         return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
 
-    def _body(self, spec: ProbeSpec, deps: Mapping[str, ProbeOutput]) -> _Run:
-        """One run of a probe (in its lane thread): the journal replayed when there is one,
-        the reader in full when that shows a change (or there is none)."""
+    def _body(self, spec: ProbeSpec, deps: Mapping[str, ProbeOutput], quick: bool = False) -> _Run:
+        """One run of a probe (in its lane thread): the journal replayed when there is one
+        (only its signals when ``quick`` and the whole was replayed recently), the reader
+        in full when that shows a change (or there is none)."""
         journaled = spec.journaled(self.host) and self.host.recorder is None
         t0, mono = time.perf_counter(), time.monotonic()
         inputs = _inputs(spec, deps)
         if journaled:
             prev = deps.get(spec.name)
-            same, files = _reuse(spec, self.host, prev, inputs, mono)
+            same, files, checked = _reuse(self.host, prev, inputs, mono, self.config.intervals.medium_s if quick else 0.0)
             if same and prev is not None:
-                return _Run(prev.data, prev.errors, files, time.perf_counter() - t0, time.time(), prev.journal, inputs, prev.full_at, reused=True)
+                return _Run(prev.data, prev.errors, files, time.perf_counter() - t0, time.time(), prev.journal, inputs, prev.full_at,
+                            reused=True, signals=prev.signals, checked_at=checked)
         ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None)
         try:
             data = self._stream(ctx) if spec.stream else spec.fn(ctx, deps)
         finally:
             ctx.close()
         journal = tuple(ctx.journal) if ctx.journal is not None else None
-        return _Run(data, tuple(ctx.errors), ctx.files_read, time.perf_counter() - t0, time.time(), journal, inputs, mono)
+        signals = tuple(e for e in journal if spec.signals(e)) if journal is not None and spec.signals is not None else None
+        return _Run(data, tuple(ctx.errors), ctx.files_read, time.perf_counter() - t0, time.time(), journal, inputs, mono,
+                    signals=signals, checked_at=mono)
 
     def _stream(self, ctx: ReadContext) -> KernelLog:
         k = self.config.kernel
@@ -448,12 +487,12 @@ class Collector:
             lane = self._lanes[name] = Lane(name)
         return lane
 
-    def _turn(self, specs: list[ProbeSpec]) -> _Turn | None:
+    def _turn(self, specs: list[ProbeSpec], quick: bool = False) -> _Turn | None:
         """Start ``specs`` one after another as one run in one lane (None: fewer than two,
         or this group's earlier run still hangs: then each goes to its own lane)."""
         if len(specs) < 2:
             return None
-        turn = _Turn(self, specs)
+        turn = _Turn(self, specs, quick)
         fut, started = self._lane("turn:" + ",".join(s.name for s in specs)).submit(turn.job)
         if not started:
             return None
@@ -479,6 +518,7 @@ class Collector:
                 errors,
                 ProbeStatus(name=spec.name, ok=True, duration_s=result.duration, finished_at=finished, last_success_at=finished, last_success_mono=mono, files_read=result.files_read),
                 journal=result.journal, inputs=result.inputs, full_at=result.full_at, reused=result.reused,
+                signals=result.signals, checked_at=result.checked_at,
             )
         else:
             # The failure itself is on the ProbeStatus (one probe.failed finding); the
@@ -534,8 +574,9 @@ class Collector:
         except Exception as e:
             self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
-    async def run(self, names: Iterable[str]) -> list[ProbeOutput]:
-        """Async variant for the daemon: the event loop never blocks on a probe.
+    async def run(self, names: Iterable[str], *, quick: bool = False) -> list[ProbeOutput]:
+        """Async variant for the daemon: the event loop never blocks on a probe. ``quick``:
+        a scheduled check, which may replay only the probes' signals (module docstring).
 
         Within a phase, NVML runs beside the others (its library waits on the driver), and
         the probes that read files run one after another, each in its own lane with its
@@ -546,7 +587,7 @@ class Collector:
 
             async def one(spec: ProbeSpec) -> ProbeOutput:
                 t0 = time.monotonic()
-                fut, _ = self._lane(spec.name).submit(self._body, spec, dict(self.outputs))
+                fut, _ = self._lane(spec.name).submit(self._body, spec, dict(self.outputs), quick)
                 try:
                     result = await await_future(fut, self._timeout(spec))
                     return self._record(spec, result, None, False, 0)
@@ -556,7 +597,7 @@ class Collector:
                     return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
             async def in_turn(specs: list[ProbeSpec]) -> list[ProbeOutput]:
-                turn = self._turn(specs)
+                turn = self._turn(specs, quick)
                 if turn is None:
                     return [await one(s) for s in specs]
                 while not turn.fut.done():

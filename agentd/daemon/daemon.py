@@ -56,7 +56,7 @@ _UNSET: Any = object()
 class CollectorLike(Protocol):
     """What the daemon uses of a collector: agentd.collection.collector.Collector, or a fake in the tests."""
 
-    async def run(self, names: Iterable[str]) -> object: ...
+    async def run(self, names: Iterable[str], *, quick: bool = False) -> object: ...
 
     def snapshot(self) -> NodeSnapshot: ...
 
@@ -181,10 +181,12 @@ class Daemon:
             return private.snapshot
         return c.snapshot
 
-    async def collect(self, tier: str) -> None:
-        """Run one tier's probes ("all"/"event": every probe) and publish a new State."""
+    async def collect(self, tier: str, *, quick: bool = False) -> None:
+        """Run one tier's probes ("all"/"event": every probe) and publish a new State.
+        ``quick``: a scheduled cycle, whose probes may check only their signals
+        (agentd.collection.collector)."""
         t0, cpu0, began = time.monotonic(), time.process_time(), time.time()
-        await self.collector.run(self.probes_for(tier))
+        await self.collector.run(self.probes_for(tier), quick=quick)
         await self._publish(tier, t0, cpu0, began)
 
     async def _publish(self, tier: str, t0: float, cpu0: float, began: float | None = None) -> None:
@@ -221,9 +223,9 @@ class Daemon:
             self.notifier.status(line)
         self._last_status_line = line
 
-    async def _guarded(self, tier: str) -> None:
+    async def _guarded(self, tier: str, *, quick: bool = False) -> None:
         try:
-            await self.collect(tier)
+            await self.collect(tier, quick=quick)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -241,7 +243,7 @@ class Daemon:
                 next_at = time.monotonic() + getattr(self.config.intervals, f"{tier}_s")
                 continue
             start = time.monotonic()
-            await self._guarded(tier)
+            await self._guarded(tier, quick=True)
             next_at = max(start + getattr(self.config.intervals, f"{tier}_s"), time.monotonic())
 
     async def _nap(self, tier: str, delay: float) -> None:

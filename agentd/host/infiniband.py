@@ -53,6 +53,10 @@ _RULE_TCLASS = re.compile(r"\S*(?:^|,)tclass=(\d{1,3})")
 
 Part = Literal["link", "counters", "gids", "inventory", "qos"]
 PARTS: frozenset[Part] = frozenset(("link", "counters", "gids", "inventory", "qos"))
+# A port's attributes that change when its link does: what the daemon's quick check
+# re-reads every fast cycle (agentd.collection.collector); lid, sm_lid, link_layer wait
+# for the whole check (every medium interval).
+LINK_SIGNALS = frozenset(("state", "phys_state", "rate"))
 
 
 def read_infiniband(ctx: ReadContext, parts: Iterable[Part] = PARTS) -> tuple[Hca, ...]:

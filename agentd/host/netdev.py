@@ -16,6 +16,11 @@ from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import Netdev, RoceEcn
 
 CLASS_NET = "sys/class/net"
+# A netdev's attributes that change when its link does (carrier_changes also counts a flap
+# between two reads): what the daemon's quick check re-reads every fast cycle
+# (agentd.collection.collector). MTU, addresses, bonds and ECN wait for the whole check
+# (every medium interval, and every collection an event triggers).
+LINK_SIGNALS = frozenset(("carrier", "operstate", "speed", "carrier_changes"))
 
 
 def bdf_of_class_path(real: Path | None, subsystem: str) -> str | None:

@@ -32,7 +32,7 @@ from tests.support import service_snapshots as fixtures
 class FakeCollector:
     config: AgentConfig
 
-    async def run(self, names: Any) -> None:
+    async def run(self, names: Any, *, quick: bool = False) -> None:
         return None
 
     def snapshot(self) -> Any:

@@ -32,7 +32,7 @@ class FakeCollector:
     runs: list = field(default_factory=list)
     block: asyncio.Event | None = None  # set: collections hang until cleared
 
-    async def run(self, names):
+    async def run(self, names, *, quick=False):
         self.runs.append(tuple(names))
         while self.block is not None and self.block.is_set():
             await asyncio.sleep(0.01)
