@@ -108,9 +108,10 @@ class ProbeSpec:
     signals: Callable[[JournalEntry], bool] | None = None
 
 
-def _signals(files: frozenset[str], listings: Callable[[str], bool] = lambda p: True) -> Callable[[JournalEntry], bool]:
+def _signals(files: frozenset[str], listings: Callable[[str], bool]) -> Callable[[JournalEntry], bool]:
     """A quick check's entries: every resolve (a device entry retargeted), the listings
-    ``listings`` keeps (devices or ports come and go) and the reads of ``files``."""
+    ``listings`` keeps (the device class: devices come and go; a device's own ports and
+    attributes change only with it) and the reads of ``files``."""
 
     def keep(entry: JournalEntry) -> bool:
         op, path = entry[0], str(entry[1])
@@ -173,7 +174,8 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions())),
     ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
     ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids")),
-    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (), signals=_signals(infiniband.LINK_SIGNALS)),
+    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (),
+              signals=_signals(infiniband.LINK_SIGNALS, lambda p: p.endswith("/" + infiniband.CLASS_IB))),
     ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), ()),
     ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ()),
     ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),

@@ -203,3 +203,54 @@ async def test_a_steady_publish_judges_without_a_worker_thread(monkeypatch):
     other = AgentConfig()
     await pub.judge(lambda: changed.model_copy(update={"taken_at": 4.0}), history, other, lambda: changed.model_copy(update={"taken_at": 4.0}))
     assert len(hops) == 3 and judged[-1] == 4.0  # another config object: judged again, in a thread
+
+
+async def test_a_steady_publish_skips_the_writer_for_up_to_a_medium_interval(tmp_path, monkeypatch):
+    """The very inputs of a write that changed and failed nothing: its statuses again, no
+    hand-off to the writer lane, until ``intervals.medium_s`` has passed; then the files are
+    checked (someone's edit is restored); any other input writes at once."""
+    import agentd.daemon.publisher as publisher
+    from agentd.daemon.publisher import Publisher
+    from agentd.outputs.writer import Writer
+
+    class Counting(Writer):
+        calls = 0
+
+        def write(self, *args):
+            self.calls += 1
+            return super().write(*args)
+
+    config = AgentConfig(paths={"nccl_env": str(tmp_path / "nccl.env"), "nccl_topo": str(tmp_path / "topo.xml"),
+                                "baseline": str(tmp_path / "baseline.json")}, intervals={"medium_s": 60})
+    writer = Counting()
+    pub = Publisher(writer=writer, log=None)
+    pub.baseline_read_from = config.paths.baseline
+    snap, e = fixtures.snapshot(), ev()
+    later = snap.model_copy(update={"taken_at": snap.taken_at + 2})  # a steady publish: same content, new time
+
+    first = await pub.write(e, snap, config, {})
+    assert writer.calls == 1 and {s.name: s for s in first}["nccl.env"].changed
+    second = await pub.write(e, later, config, {})
+    assert writer.calls == 2 and not any(s.changed for s in second)  # nothing changed: the next ones are quiet
+    assert await pub.write(e, later, config, {}) == second and writer.calls == 2
+    path = tmp_path / "nccl.env"
+    path.write_text(path.read_text().replace("mlx5_0", "mlx5_9"))  # someone edits the file
+    assert await pub.write(e, later, config, {}) == second and writer.calls == 2  # not seen yet
+    # another input writes at once: maintenance, another evaluation, other snapshot content
+    await pub.write(e, later, config, {}, maintenance=True)
+    assert writer.calls == 3
+    await pub.write(e, later, config, {})
+    await pub.write(ev(), later, config, {})
+    assert writer.calls == 5
+    other = fixtures.snapshot(snap.taken_at, netdevs=snap.netdevs[:1])
+    await pub.write(e, other, config, {})
+    assert writer.calls == 6
+    # quiet again; past the medium interval the writer checks the files: the edit is restored
+    path.write_text(path.read_text().replace("mlx5_0", "mlx5_9"))
+    await pub.write(e, other, config, {})
+    calls = writer.calls
+    assert await pub.write(e, other, config, {}) is not None and writer.calls == calls
+    monkeypatch.setattr(publisher.time, "monotonic", lambda real=publisher.time.monotonic: real() + 61)
+    statuses = {s.name: s for s in await pub.write(e, other, config, {})}
+    assert writer.calls == calls + 1
+    assert statuses["nccl.env"].changed and "mlx5_0" in path.read_text() and "mlx5_9" not in path.read_text()
