@@ -209,3 +209,39 @@ def test_config_bytes_keeps_the_pci_reader_contract(small: Path, monkeypatch: py
     assert ctx.config_bytes("sys/class/x/eio", 64) == b""  # refused: judged as cut
     assert ctx.config_bytes("sys/class/x/out/config", 64) == b""
     assert ctx.errors == [] and ctx.files_read == 1
+
+
+def test_replay_under_slash_tells_every_kind_of_change(tmp_path: Path) -> None:
+    """Under ``/`` accesses are plain (no confinement walk): the replay still sees a changed
+    file, a new entry, a link retargeted and a file gone."""
+    d = tmp_path / "dev0"
+    d.mkdir()
+    (d / "state").write_text("4: ACTIVE\n")
+    (d / "rate").write_text("400\n")
+    (tmp_path / "link").symlink_to("dev0")
+    host = HostRoot.at("/")
+
+    def record() -> list[JournalEntry]:
+        ctx = ReadContext(host, "t", journal=[])
+        ctx.listdir(str(tmp_path))
+        ctx.resolve(str(tmp_path / "link"))
+        ctx.raw(str(tmp_path / "link/state"))
+        ctx.raw(str(d / "rate"))
+        ctx.exists(str(d / "absent"))
+        ctx.readlink_name(str(tmp_path / "link"))
+        return ctx.journal or []
+
+    journal = record()
+    assert [e[0] for e in journal] == ["listdir", "resolve", "raw", "raw", "exists", "readlink"]
+    assert replay(host, journal) == (True, 2)
+    changes = [
+        lambda: (d / "state").write_text("1: DOWN\n"),
+        lambda: (tmp_path / "new").write_text(""),
+        lambda: ((tmp_path / "dev1").mkdir(), (tmp_path / "link").unlink(), (tmp_path / "link").symlink_to("dev1")),
+        lambda: (d / "rate").unlink(),
+        lambda: (d / "absent").write_text(""),
+    ]
+    for change in changes:
+        journal = record()
+        change()
+        assert not replay(host, journal)[0], change
