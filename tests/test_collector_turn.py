@@ -35,16 +35,16 @@ class Spy:
         self.owner: Collector | None = None  # only this collector's runs are watched
         real = col.Collector._body
 
-        def body(c: Collector, spec: Any, deps: Any) -> Any:
+        def body(c: Collector, spec: Any, deps: Any, quick: bool = False) -> Any:
             if c is not self.owner:  # e.g. an earlier test's released run, finishing late
-                return real(c, spec, deps)
+                return real(c, spec, deps, quick)
             self.threads.setdefault(spec.name, []).append(threading.get_ident())
             if spec.name == fail:
                 raise OSError("simulated reader crash")
             if spec.name == hold and self.held == 0:
                 self.held += 1
                 self.release.wait(30)
-            return real(c, spec, deps)
+            return real(c, spec, deps, quick)
 
         monkeypatch.setattr(col.Collector, "_body", body)
 

@@ -349,19 +349,17 @@ def _inputs(spec: ProbeSpec, outputs: Mapping[str, ProbeOutput]) -> tuple[Any, .
     return tuple(outputs[a].data if a in outputs else None for a in spec.after)
 
 
-def _reuse(host: HostRoot, prev: ProbeOutput | None, inputs: tuple[Any, ...], now: float, quick_s: float) -> tuple[bool, int, float]:
-    """(True, files read, when the whole journal was last replayed equal) when replaying
-    ``prev``'s journal shows nothing it read changed: only its signals while the last
-    whole replay is younger than ``quick_s`` (0: never), else all of it."""
+def _reuse(host: HostRoot, prev: ProbeOutput | None, inputs: tuple[Any, ...], now: float, quick_s: float) -> tuple[bool, bool]:
+    """(True, whether only the signals were replayed) when replaying ``prev``'s journal
+    shows nothing it read changed: only its signals while the last whole replay is younger
+    than ``quick_s`` (0: never), else all of it."""
     if prev is None or prev.journal is None or not prev.status.ok or prev.status.stale:
-        return False, 0, now
+        return False, False
     if now - prev.full_at >= FULL_READ_EVERY_S or len(inputs) != len(prev.inputs) or any(a is not b for a, b in zip(inputs, prev.inputs)):
-        return False, 0, now
+        return False, False
     if prev.signals is not None and now - prev.checked_at < quick_s:
-        same, files = replay(host, prev.signals)
-        return same, files, prev.checked_at
-    same, files = replay(host, prev.journal)
-    return same, files, now
+        return replay(host, prev.signals)[0], True
+    return replay(host, prev.journal)[0], False
 
 
 class _Turn:
@@ -463,10 +461,12 @@ class Collector:
         inputs = _inputs(spec, deps)
         if journaled:
             prev = deps.get(spec.name)
-            same, files, checked = _reuse(self.host, prev, inputs, mono, self.config.intervals.medium_s if quick else 0.0)
+            same, signals_only = _reuse(self.host, prev, inputs, mono, self.config.intervals.medium_s if quick else 0.0)
             if same and prev is not None:
-                return _Run(prev.data, prev.errors, files, time.perf_counter() - t0, time.time(), prev.journal, inputs, prev.full_at,
-                            reused=True, signals=prev.signals, checked_at=checked)
+                # files_read stays the probe's whole count (a replay reads what the run read;
+                # a quick check reads fewer, and the gauge would saw-tooth with the schedule)
+                return _Run(prev.data, prev.errors, prev.status.files_read, time.perf_counter() - t0, time.time(), prev.journal, inputs,
+                            prev.full_at, reused=True, signals=prev.signals, checked_at=prev.checked_at if signals_only else mono)
         ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None)
         try:
             data = self._stream(ctx) if spec.stream else spec.fn(ctx, deps)
