@@ -789,87 +789,56 @@ def replay(host: HostRoot, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
     """Repeat the accesses of ``journal`` (``ReadContext.journal``) in order, confined as
     they were, with a fresh context; stop at the first whose outcome differs. (True when
     every outcome is the one recorded, files read). Nothing is parsed, recorded or
-    reported: a probe whose journal replays equal would produce what it produced."""
+    reported: a probe whose journal replays equal would produce what it produced.
+
+    Under a confined root the context's lock is held for the whole journal, and reads one
+    after another in the same directory (most of a journal: a port's or a device's
+    attributes) share its fd: it is located once, and nothing between them can close it
+    (only locating another directory trims the cache; the lock keeps other contexts'
+    sweeps out). Under ``/`` accesses are plain."""
     ctx = ReadContext(host, "replay")
     ctx._rec = None
     try:
         if not ctx._confined:
-            return _replay_plain(ctx, journal)
+            return _replay(ctx, journal, {"listdir": ctx._list, "resolve": ctx._resolve_path, "exists": ctx._lexists, "readlink": ctx._readlink})
         with ctx._fds.lock:  # once for the whole journal, not once per access
-            return _replay_confined(ctx, journal)
+            return _replay(ctx, journal, {"listdir": ctx._list_held, "resolve": ctx._resolve_held, "exists": ctx._lexists_held,
+                                          "readlink": ctx._readlink_held})
     finally:
         ctx.close()
 
 
-def _replay_confined(ctx: ReadContext, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
-    """``replay`` under a confined root, the context's lock held. Reads one after another
-    in the same directory (most of a journal: a port's or a device's attributes) share
-    its fd: it is located once, and nothing between them can close it (only locating
-    another directory trims the cache, and the lock keeps other contexts' sweeps out)."""
+def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[str, Callable[[str], Any]]) -> tuple[bool, int]:
+    """``replay``'s loop: reads here, every other access through ``access`` (by op)."""
+    confined = ctx._confined
     files, last_dir, dir_fd, real = 0, "", -1, ""
     for entry in journal:
         op, p = entry[0], cast(str, entry[1])
         out: Hashable
         try:
             if op == "raw" or op == "config":
-                d, _, name = p.rpartition("/")
-                if d != last_dir or not last_dir:
-                    last_dir = ""
-                    dir_fd, real, name = ctx._locate(p)
-                    if name != ".":
-                        last_dir = d
-                    out = read_bounded(_at(real + "/" + name if name != "." else real, dir_fd, name), cast(int, entry[2]))
+                if not confined:
+                    out = read_bounded(p, cast(int, entry[2]))
                 else:
-                    out = read_bounded(_at(real + "/" + name, dir_fd, name), cast(int, entry[2]))
+                    d, _, name = p.rpartition("/")
+                    if d != last_dir or not last_dir:
+                        last_dir = ""
+                        dir_fd, real, name = ctx._locate(p)
+                        if name != ".":
+                            last_dir = d
+                    out = read_bounded(_at(real + "/" + name if name != "." else real, dir_fd, name), cast(int, entry[2]))
                 files += 1
             else:
                 last_dir = ""  # the accesses below may trim the directory cache
-                if op == "listdir":
-                    out = tuple(ctx._list_held(p))
-                elif op == "resolve":
-                    out = ctx._resolve_held(p)
-                elif op == "exists":
-                    out = ctx._lexists_held(p)
-                elif op == "readlink":
-                    out = ctx._readlink_held(p)
-                else:
+                fn = access.get(cast(str, op))
+                if fn is None:
                     return False, files
+                got = fn(p)
+                out = tuple(got) if op == "listdir" else got
         except ReadFailure as e:
             out, last_dir = Escaped(e.detail), ""
         except OSError as e:
             out, last_dir = e.errno, ""
-        if out != entry[-1]:
-            return False, files
-    return True, files
-
-
-def _replay_plain(ctx: ReadContext, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
-    """``replay`` under ``/``: every path is inside the root, so accesses are plain
-    (``resolve`` still walks: it is how links are followed there too)."""
-    files = 0
-    for entry in journal:
-        op, p = entry[0], cast(str, entry[1])
-        out: Hashable
-        try:
-            if op == "raw" or op == "config":
-                out = read_bounded(p, cast(int, entry[2]))
-                files += 1
-            elif op == "listdir":
-                names = os.listdir(p)
-                names.sort()
-                out = tuple(names)
-            elif op == "resolve":
-                out = ctx._resolve_path(p)
-            elif op == "exists":
-                out = os.path.lexists(p)
-            elif op == "readlink":
-                out = os.readlink(p)
-            else:
-                return False, files
-        except ReadFailure as e:
-            out = Escaped(e.detail)
-        except OSError as e:
-            out = e.errno
         if out != entry[-1]:
             return False, files
     return True, files
