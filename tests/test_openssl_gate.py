@@ -43,12 +43,15 @@ import asyncio
 from aiohttp import web
 out["server"] = web.Application is not None and asyncio.new_event_loop is not None
 out["tls_available"] = g.tls_available()
+import frozenlist, os
+out["frozenlist_compiled"] = frozenlist.FrozenList is not frozenlist.PyFrozenList
+out["switch_left_set"] = "FROZENLIST_NO_EXTENSIONS" in os.environ
 print(json.dumps(out))
 """
 
 
 def probe(mode: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FROZENLIST_NO_EXTENSIONS")}
     r = subprocess.run([sys.executable, "-c", PROBE, mode], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -71,12 +74,25 @@ def test_a_lean_process_hashes_the_same_without_openssl_and_serves_http_without_
         assert out["lean"] is False and out["openssl_hashes"] is True
     assert out["without_tls"] is True and out["ssl"] is False and out["tls_available"] is False
     assert out["server"] is True  # asyncio and aiohttp.web import without ssl
+    # frozenlist's pure-Python build (no C++ runtime mapped), and no switch left for children
+    assert out["frozenlist_compiled"] is False and out["switch_left_set"] is False
 
 
 def test_nothing_is_left_out_of_a_process_that_is_not_the_agentd_command():
     out = probe("embedded")
     assert out["lean"] is None
     assert out["without_tls"] is False and out["ssl"] is True and out["tls_available"] is True
+    assert out["frozenlist_compiled"] is compiled_frozenlist()
+
+
+def compiled_frozenlist() -> bool:
+    """Whether frozenlist's C++ extension is installed (wheels for common platforms)."""
+    return importlib.util.find_spec("frozenlist._frozenlist") is not None
+
+
+def frozenlist_files() -> list[str]:
+    spec = importlib.util.find_spec("frozenlist._frozenlist")
+    return [os.path.realpath(spec.origin)] if spec is not None and spec.origin else []
 
 
 # -- the daemon ---------------------------------------------------------------------
@@ -126,11 +142,11 @@ def tls_web_config(tmp: Path, pki: Path) -> Path:  # noqa: F811
 
 
 def test_agentd_run_without_a_web_config_maps_no_openssl_and_refuses_tls_by_reload(tmp_path, pki):  # noqa: F811
-    files = ssl_files() + (hashlib_files() if builtin_hashes() else [])
+    files = ssl_files() + (hashlib_files() if builtin_hashes() else []) + frozenlist_files()
     base = config_text(out=tmp_path / "node", fast_s=1.0, medium_s=2.0, slow_s=4.0)
     with Agent(tmp_path, config=base) as agent:
         maps = mapped(agent.proc.pid)
-        assert not [f for f in files if f in maps], "OpenSSL's modules are mapped without TLS"
+        assert not [f for f in files if f in maps], "OpenSSL's modules (or frozenlist's C++ one) are mapped without TLS"
         web = tls_web_config(tmp_path, pki)
         ok, lines = reload(agent, base + f'[web]\nconfig_file = "{web}"\n')
         assert ok == 0.0
