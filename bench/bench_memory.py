@@ -24,8 +24,10 @@ What RSS is made of, then what it grows to:
   ``busy_rss_full``: RSS at the full history; ``busy_bytes_per_entry``: RSS growth from
   the first entries to the full history, per entry; ``history_heap_bytes_per_entry``:
   the same kind of history built in this process (collector + History, --heap-entries),
-  its heap growth per entry as tracemalloc counts it (the newest entry, kept whole, is
-  included: ~1/N of a whole snapshot).
+  what dropping it frees per entry as tracemalloc counts it (the newest entry, kept whole,
+  is included: ~1/N of a whole snapshot); ``history_heap_default_windows_bytes_per_entry``:
+  a full history at the default windows on that busy node, entries beyond the rate window
+  aged.
 
 The full busy run (720 entries at 0.5 s) takes ~7 minutes; run_all runs ``--entries 180``
 (~2 min) and ``--skip-busy`` with ``--quick``.
@@ -245,40 +247,69 @@ async def busy(args: argparse.Namespace, tmp: Path, tag: dict[str, Any]) -> None
             note(f"agentd (busy) exited with {rc}; log: {d.tmp}")
 
 
-def history_heap(args: argparse.Namespace, tmp: Path, tag: dict[str, Any]) -> None:
-    """In this process: the collector on a busy tree feeding a History, traced with
-    tracemalloc (the history's own bytes, without the daemon's fragmentation)."""
+def _history_bytes(hist: Any) -> int:
+    """The heap the history alone holds, as tracemalloc counts it: what dropping it frees
+    (its parts shared with the collector's current outputs stay, and are not its cost)."""
     import gc
-    import pathlib
+    import tracemalloc
+
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+    hist._items.clear()
+    gc.collect()
+    return before - tracemalloc.get_traced_memory()[0]
+
+
+def history_heap(args: argparse.Namespace, tmp: Path, tag: dict[str, Any]) -> None:
+    """In this process: the collector on a busy tree (every counter rewritten between
+    collections) feeding a History, traced with tracemalloc from before the collector
+    starts. Each figure is what dropping the history frees, per entry:
+    - ``history_heap_bytes_per_entry``: every entry within the rate windows (the busy
+      daemon run's case: thresholds.rate_window_s at its maximum), ``--heap-entries``;
+    - ``history_heap_default_windows_bytes_per_entry``: a full history (``--entries``) at
+      the default windows, as a busy node holds it after ~2.5 days: one entry per 5 min
+      beyond the 10 min rate window (aged: agentd.collection.history), then the last
+      10 min one per 10 s. The entries' times are set; the collector reads the tree each
+      time."""
     import tracemalloc
 
     from agentd.collection.collector import Collector, probes_in
-    from agentd.collection.history import History, share
+    from agentd.collection.history import RATE_WINDOW_S, History, is_aged, share
     from agentd.config import AgentConfig
     from agentd.host.fs import HostRoot
 
     root = build_root(args.profile, tmp / "heap-root")
     driver = CounterDriver(root, 0)
-    c = Collector(HostRoot(root), AgentConfig())
-    c.run_sync()
-    n = args.heap_entries
-    hist = History(n, spacing_s=1.0, recent_s=1e9)
-    prev = hist.append(c.snapshot(taken_at=0.0))
-    gc.collect()
     tracemalloc.start()
-    # pathlib interns path parts: the interning table's growth is not the history's
-    keep = [tracemalloc.Filter(False, pathlib.__file__)]
-    m0 = sum(t.size for t in tracemalloc.take_snapshot().filter_traces(keep).statistics("filename"))
-    for k in range(1, n):
-        driver._tick(k)
-        c.run_sync(probes_in(("fast", "medium")))
-        prev = hist.append(share(prev, c.snapshot(taken_at=float(k) * 10)))
-    del prev
-    gc.collect()
-    m1 = sum(t.size for t in tracemalloc.take_snapshot().filter_traces(keep).statistics("filename"))
-    tracemalloc.stop()
-    emit(B, "history_heap_bytes_per_entry", (m1 - m0) / (len(hist) - 1), "bytes", **tag, entries=len(hist),
-         note="tracemalloc (pathlib's interning table left out), in-process collector on a tree whose every counter changes between collections")
+    try:
+        c = Collector(HostRoot(root), AgentConfig())
+        c.run_sync()
+        medium = probes_in(("fast", "medium"))
+
+        def fill(hist: History, times: list[float]) -> None:
+            prev = None
+            for k, t in enumerate(times, 1):
+                driver._tick(k)
+                c.run_sync(medium)
+                prev = hist.append(share(prev, c.snapshot(taken_at=t)))
+
+        n = args.heap_entries
+        worst = History(n, spacing_s=1.0, recent_s=1e9)
+        fill(worst, [10.0 * k for k in range(n)])
+        emit(B, "history_heap_bytes_per_entry", _history_bytes(worst) / n, "bytes", **tag, entries=n,
+             note="every entry within the rate windows; tracemalloc, what dropping the history frees")
+        full = args.entries
+        recent = int(RATE_WINDOW_S // 10)
+        old = [300.0 * k for k in range(full - recent)]
+        times = old + [old[-1] + RATE_WINDOW_S + 10.0 * k for k in range(recent)]
+        default = History(full, spacing_s=10.0, recent_s=RATE_WINDOW_S)
+        fill(default, times)
+        kept = len(default)
+        aged = sum(1 for s in default.snapshots() if is_aged(s))
+        emit(B, "history_heap_default_windows_bytes_per_entry", _history_bytes(default) / kept, "bytes", **tag, entries=kept, aged=aged,
+             note="a full history at the default windows on a busy node (aged entries beyond the rate window); tracemalloc, what dropping it frees")
+    finally:
+        tracemalloc.stop()
 
 
 def main() -> None:

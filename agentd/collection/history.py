@@ -31,6 +31,16 @@ value, or 4 when the table's values fit, instead of ~70 for a dict entry and an 
 small slotted objects with the attributes those readers use (duck-typed IbPort, Hca,
 Netdev, NvmlGpu, NvLink). A compact entry equal to the previous one shares its parts.
 On a node where every counter changes every cycle an entry costs ~10 KB instead of ~380 KB.
+
+Aged entries. Counters are read only within the rate windows (``thresholds.rate_window_s``
+and ``short_rate_window_s``), but the history reaches back ``history_size`` entries (at
+the defaults one per 5 min beyond the window: ~2.5 days) for flaps, seen-active and
+kernel events. Once a compact entry is older than every counter window it is aged
+(``Compactor.aged``): IB port states with ``link_downed``, netdev and NVLink states, GPU
+PCIe replay counts, and the PCI functions whole, the rest dropped. Parts equal to the
+previous aged entry's are its very objects, so on a busy node, where every compact
+entry's counters differ, a run of aged entries costs a few hundred bytes each instead of
+~12 KB (bench/bench_memory.py, ``history_heap_*``).
 """
 
 from __future__ import annotations
@@ -281,8 +291,7 @@ class Compactor:
             return prev
         return NetdevEntry(n, eth)
 
-    def gpu(self, g: NvmlGpu, prev: GpuEntry | None) -> GpuEntry:
-        shape = tuple((x.link, x.state, tuple(x.errors)) for x in g.nvlinks)
+    def _layout(self, shape: tuple[tuple[int, str, tuple[str, ...]], ...]) -> tuple[tuple[int, str, Mapping[str, int], int], ...]:
         layout = self._layouts.get(shape)
         if layout is None:
             if len(self._layouts) > 4096:
@@ -292,6 +301,10 @@ class Compactor:
                 out.append((link, state, self._index(names), start))
                 start += len(names)
             layout = self._layouts[shape] = tuple(out)
+        return layout
+
+    def gpu(self, g: NvmlGpu, prev: GpuEntry | None) -> GpuEntry:
+        layout = self._layout(tuple((x.link, x.state, tuple(x.errors)) for x in g.nvlinks))
         values = _pack([v for x in g.nvlinks for v in x.errors.values()]) or array("q")
         if prev is not None and prev._layout is layout and prev._values == values and (prev.index, prev.error, prev.pcie_replay_errors) == (g.index, g.error, g.pcie_replay_errors):
             return prev
@@ -332,12 +345,71 @@ class Compactor:
             system=_SYSTEM, pci=pci, gpus=(), hcas=hcas, netdevs=netdevs, gdr=_GDR, nvml=nvml, probes=(), read_errors=())
 
 
+    # -- aged entries: what is read of an entry older than every counter window --------
+
+    def _aged_port(self, p: PortEntry, prev: PortEntry | None) -> PortEntry:
+        downed = p.counters.get("link_downed")
+        kept = {"link_downed": downed} if isinstance(downed, int) else {}
+        e = PortEntry(p, self.table(kept, prev.counters if prev else None), _NO_COUNTERS)  # type: ignore[arg-type]
+        return prev if prev is not None and prev.key() == e.key() else e
+
+    def _aged_hca(self, h: HcaEntry, prev: HcaEntry | None) -> HcaEntry:
+        olds = {q.port: q for q in prev.ports} if prev is not None else {}
+        ports = tuple(self._aged_port(p, olds.get(p.port)) for p in h.ports)
+        if prev is not None and len(ports) == len(prev.ports) and all(a is b for a, b in zip(ports, prev.ports)):
+            return prev
+        return HcaEntry(h.name, ports)
+
+    def _aged_netdev(self, n: NetdevEntry, prev: NetdevEntry | None) -> NetdevEntry:
+        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is None:
+            return prev
+        return NetdevEntry(n, None)  # type: ignore[arg-type]
+
+    def _aged_gpu(self, g: GpuEntry, prev: GpuEntry | None) -> GpuEntry:
+        layout = self._layout(tuple((link, state, ()) for link, state, _, _ in g._layout))
+        if prev is not None and prev._layout is layout and (prev.index, prev.error, prev.pcie_replay_errors) == (g.index, g.error, g.pcie_replay_errors):
+            return prev
+        return GpuEntry(g, layout, _NO_VALUES)  # type: ignore[arg-type]
+
+    def aged(self, s: NodeSnapshot, prev: NodeSnapshot | None) -> NodeSnapshot:
+        """A compact entry ``s`` as it is kept once it is older than every counter window
+        (``prev``: the aged entry before it, or None). Only what the checks read of such an
+        entry stays: IB port states with ``link_downed`` (flaps, seen-active), netdev and
+        NVLink states, GPUs' PCIe replay counts, and the PCI functions whole (AER presence,
+        link retrains). Parts equal to ``prev``'s are its very objects, so a steady run of
+        old entries shares everything while every counter on the node moves."""
+        ph: dict[str, Any] = {h.name: h for h in prev.hcas} if prev is not None else {}
+        pn: dict[str, Any] = {n.name: n for n in prev.netdevs} if prev is not None else {}
+        pg: dict[str, Any] = {g.pci_bus_id: g for g in prev.nvml.gpus} if prev is not None else {}
+        was_hcas: tuple[Any, ...] = s.hcas  # a compact entry's parts are the entry types
+        was_netdevs: tuple[Any, ...] = s.netdevs
+        was_gpus: tuple[Any, ...] = s.nvml.gpus
+        hcas: tuple[Any, ...] = tuple(self._aged_hca(h, ph.get(h.name)) for h in was_hcas)
+        netdevs: tuple[Any, ...] = tuple(self._aged_netdev(n, pn.get(n.name)) for n in was_netdevs)
+        gpus: tuple[Any, ...] = tuple(self._aged_gpu(g, pg.get(g.pci_bus_id)) for g in was_gpus)
+        pci: tuple[Any, ...] = s.pci
+        if prev is not None:
+            hcas, netdevs, gpus = _same(hcas, prev.hcas), _same(netdevs, prev.netdevs), _same(gpus, prev.nvml.gpus)
+            pci = _same(pci, prev.pci)
+        nvml = (prev.nvml if prev is not None and prev.nvml.gpus is gpus and (prev.nvml.available, prev.nvml.asked) == (s.nvml.available, s.nvml.asked)
+                else NvmlInfo.model_construct(_NVML_FIELDS, available=s.nvml.available, driver_version=None, cuda_driver_version=None,
+                                              gpus=gpus, error=None, asked=s.nvml.asked))
+        return NodeSnapshot.model_construct(
+            _SNAP_FIELDS, taken_at=s.taken_at, host_root=s.host_root, host_mode=s.host_mode, host_mode_reason=None,
+            system=_AGED, pci=pci, gpus=(), hcas=hcas, netdevs=netdevs, gdr=_GDR, nvml=nvml, probes=(), read_errors=())
+
+
 T2 = TypeVar("T2")
 
 
 def is_compact(s: NodeSnapshot) -> bool:
-    """Whether ``s`` is a compact history entry (not a whole snapshot)."""
-    return s.system is _SYSTEM
+    """Whether ``s`` is a compact history entry (not a whole snapshot), aged or not."""
+    return s.system is _SYSTEM or s.system is _AGED
+
+
+def is_aged(s: NodeSnapshot) -> bool:
+    """Whether ``s`` is an aged entry (``Compactor.aged``): no counters but ``link_downed``."""
+    return s.system is _AGED
 
 
 def _same(new: tuple[T2, ...], old: tuple[Any, ...]) -> tuple[T2, ...]:
@@ -347,17 +419,28 @@ def _same(new: tuple[T2, ...], old: tuple[Any, ...]) -> tuple[T2, ...]:
 
 
 _SYSTEM = NodeSnapshot.model_fields["system"].get_default()  # a copy: its identity marks a compact entry
+_AGED = NodeSnapshot.model_fields["system"].get_default()  # another: an aged one
+_NO_VALUES: Sequence[int] = array("I")
 _GDR = NodeSnapshot.model_fields["gdr"].get_default()
 _SNAP_FIELDS = set(NodeSnapshot.model_fields)  # shared by every entry (records are frozen: never changed)
 _NVML_FIELDS = set(NvmlInfo.model_fields)
 
 
 class History:
-    def __init__(self, maxlen: int, spacing_s: float, long_spacing_s: float = 300.0, recent_s: float = RATE_WINDOW_S):
+    """``recent_s``: the rate window (entries within it are kept ``spacing_s`` apart, older
+    ones ``long_spacing_s`` apart unless a link changed state); ``counters_s``: the
+    longest window any check reads counters over (at least ``recent_s``). A compact entry
+    older than ``counters_s`` is aged (``Compactor.aged``): no window that is judged later
+    reaches back to it. When no reading is recent, a rate falls back to the newest entry
+    (agentd.judging.checks.common.in_window), which is kept whole."""
+
+    def __init__(self, maxlen: int, spacing_s: float, long_spacing_s: float = 300.0, recent_s: float = RATE_WINDOW_S,
+                 counters_s: float | None = None):
         self.maxlen = maxlen
         self.spacing_s = spacing_s
         self.long_spacing_s = long_spacing_s
         self.recent_s = recent_s
+        self.counters_s = max(recent_s, counters_s or 0.0)
         self._items: list[tuple[NodeSnapshot, Hashable]] = []
         self._appends = 0
         self._compactor = Compactor()
@@ -376,8 +459,13 @@ class History:
     def snapshots(self) -> tuple[NodeSnapshot, ...]:
         return tuple(s for s, _ in self._items)
 
-    def configure(self, maxlen: int, spacing_s: float) -> None:
+    def configure(self, maxlen: int, spacing_s: float, recent_s: float | None = None, counters_s: float | None = None) -> None:
+        """New settings (a reload). Entries already aged stay so: a window made longer
+        reaches back over them with states and ``link_downed`` only."""
         self.maxlen, self.spacing_s = maxlen, spacing_s
+        if recent_s is not None:
+            self.recent_s = recent_s
+            self.counters_s = max(recent_s, counters_s or 0.0)
         del self._items[: max(0, len(self._items) - maxlen)]
 
     def append(self, snap: NodeSnapshot) -> NodeSnapshot:
@@ -407,7 +495,8 @@ class History:
         return snap
 
     def _thin(self, now: float) -> None:
-        """Beyond the rate window keep transitions and one entry per long_spacing_s."""
+        """Beyond the rate window keep transitions and one entry per long_spacing_s; age
+        the compact entries older than every counter window."""
         cutoff = now - self.recent_s
         kept: list[tuple[NodeSnapshot, Hashable]] = []
         for entry in self._items:
@@ -417,6 +506,14 @@ class History:
                 if sig == last_sig and s.taken_at - last_s.taken_at < self.long_spacing_s:
                     continue
             kept.append(entry)
+        old = now - self.counters_s
+        for i, (s, sig) in enumerate(kept):  # in taken_at order: the aged ones lead
+            if s.taken_at >= old:
+                break
+            if is_aged(s) or not is_compact(s):  # the newest entry stays whole
+                continue
+            prev = kept[i - 1][0] if i and is_aged(kept[i - 1][0]) else None
+            kept[i] = (self._compactor.aged(s, prev), sig)
         self._items[:] = kept
 
     # -- persistence (agentd.outputs.history_store writes and reads the file) ----------

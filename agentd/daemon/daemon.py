@@ -111,7 +111,8 @@ class Daemon:
         self.links = LinkWatcher(trigger=lambda: self.trigger_tier("fast"), snapshot=lambda: self._state.snapshot, log=self.log,
                                  **({"opener": link_opener} if link_opener else {}))
         self._tier_triggers: dict[str, Coalescer] = {}
-        self.history = History(config.thresholds.history_size, spacing_s=config.intervals.medium_s, recent_s=config.thresholds.rate_window_s)
+        th = config.thresholds
+        self.history = History(th.history_size, spacing_s=config.intervals.medium_s, recent_s=th.rate_window_s, counters_s=th.short_rate_window_s)
         self.started_at = time.time()
         self._state = State(seq=0, generated_at=self.started_at, started_at=self.started_at, config=config, stale_limits=self.stale_limits(config))
         self.bench = BenchScheduler()
@@ -340,7 +341,8 @@ class Daemon:
     def apply_config(self, new: AgentConfig) -> None:
         old, self.config = self.config, new
         self.collector = self.collector.with_config(new)
-        self.history.configure(new.thresholds.history_size, new.intervals.medium_s)
+        th = new.thresholds
+        self.history.configure(th.history_size, new.intervals.medium_s, recent_s=th.rate_window_s, counters_s=th.short_rate_window_s)
         if (new.log_format, new.log_level) != (old.log_format, old.log_level):
             configure_logging(new.log_format, new.log_level)
         self.udev.set_debounce(new.intervals.event_debounce_s)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentd.collection.history import History, share, spans
 from tests.support import service_snapshots as fixtures
 
@@ -67,7 +69,7 @@ def _busy_sequence(layer: str, steps: int):
         i = min(step, 25)
         s = cs.at(snap, 1000.0 + 10.0 * step)
         s = cs.with_counters(s, "mlx5_0", symbol_error=7 * i, link_downed=i // 3, port_xmit_data=10**12 + 10**9 * i)
-        s = cs.with_counters(s, "mlx5_2", port_rcv_errors=(5 * i if i < steps // 2 else i - steps // 2))  # a reset midway
+        s = cs.with_counters(s, "mlx5_2", port_rcv_errors=(5 * i if i < 20 else i - 20))  # a reset at 20
         s = cs.with_counters(s, "mlx5_3", hw=True, local_ack_timeout_err=50 * i, np_cnp_sent=1000 * i)
         s = cs.with_counters(s, "mlx5_4", symbol_error=min(65535, 60000 + 900 * i))  # runs into its PMA maximum
         s = cs.with_port(s, "mlx5_1", state="DOWN" if step % 5 == 2 else "ACTIVE")
@@ -79,17 +81,22 @@ def _busy_sequence(layer: str, steps: int):
     return out
 
 
-def test_compact_entries_judge_like_the_snapshots_they_replace():
+@pytest.mark.parametrize("rate_window_s", [600.0, 120.0])
+def test_compact_entries_judge_like_the_snapshots_they_replace(rate_window_s):
     """Every check that reads the history finds the same with the compact entries as with
     the whole snapshots the history kept (rates, resets, saturation, flaps, seen-active,
-    pause storms, CNP and NVLink error rates)."""
+    pause storms, CNP and NVLink error rates). The sequence outlives every counter window:
+    its old entries are aged, and flaps are judged across them."""
+    from agentd.collection.history import is_aged
     from agentd.judging.judge import judge
     from tests.support import check_snapshots as cs
 
-    config = cs.cfg(thresholds={"short_rate_window_s": 100.0})
+    config = cs.cfg(thresholds={"short_rate_window_s": 100.0, "rate_window_s": rate_window_s})
+    th = config.thresholds
     for layer in ("InfiniBand", "Ethernet"):
-        seq = _busy_sequence(layer, 40)
-        h = History(maxlen=1000, spacing_s=10.0, recent_s=120.0)
+        seq = _busy_sequence(layer, 70)
+        # as the daemon builds it, but thinned from 120 s on even when rates look back 600 s
+        h = History(maxlen=1000, spacing_s=10.0, recent_s=120.0, counters_s=max(th.rate_window_s, th.short_rate_window_s))
         whole = {}
         codes: set[str] = set()
         for cur in seq:
@@ -101,6 +108,7 @@ def test_compact_entries_judge_like_the_snapshots_they_replace():
             whole[cur.taken_at] = cur
             h.append(cur)
         assert len(h.snapshots()) < len(seq)  # thinned beyond recent_s: the comparison covers thinning too
+        assert any(is_aged(s) for s in h.snapshots())  # 700 s outlive either window
         expected = {"ib.counter.symbol_error", "ib.counter.reset", "ib.counter.saturated", "ib.port.flapping", "nvlink.link.errors"}
         if layer == "Ethernet":
             expected |= {"roce.pfc.pause_storm", "roce.cnp.rate"}
@@ -140,3 +148,79 @@ def test_link_states_are_reused_for_the_very_same_parts():
     back = h.link_states(a)  # the old parts again: computed anew (one slot), never stale
     assert back == sig and back is not sig
 
+
+
+def _every_counter_moves(snap, k: int):
+    """``snap`` with every IB counter and hw_counter, the PFC pause counters and every
+    NVLink error counter at a new value (a busy node), ``link_downed`` rising every 5th."""
+    from tests.support import check_snapshots as cs
+
+    for h in snap.hcas:
+        for p in h.ports:
+            vals = {n: v + 1000 + k for n, v in p.counters.items()}
+            vals["link_downed"] = k // 5
+            snap = cs.with_counters(snap, h.name, p.port, **vals)
+            if p.hw_counters:
+                snap = cs.with_counters(snap, h.name, p.port, hw=True, **{n: v + 1000 + k for n, v in p.hw_counters.items()})
+    for n in snap.netdevs:
+        if n.ethtool is not None:
+            snap = cs.with_ethtool(snap, n.name, rx_prio3_pause=1000 + k, tx_prio3_pause=2000 + k)
+    for g in snap.nvml.gpus:
+        for link in g.nvlinks:
+            snap = cs.with_nvlink(snap, g.index, link.link, errors={e: 1000 + k for e in link.errors})
+    return snap
+
+
+def test_entries_older_than_every_counter_window_keep_states_and_link_downed_and_share_the_rest():
+    """A busy node (every counter moves every cycle): entries older than the longest
+    counter window keep port, netdev and NVLink states, link_downed and the PCI functions;
+    a run of them with the same states and link_downed shares every part, so a full
+    history costs what its recent entries cost."""
+    from agentd.collection.history import is_aged
+    from agentd.model import AerCounts, PcieAer
+    from tests.support import check_snapshots as cs
+
+    base = cs.node(layer="Ethernet", t=0.0)
+    nic = next(d.bdf for d in base.pci if d.class_code == cs.NIC_CLASS)
+    base = cs.with_pci(base, nic, aer=PcieAer(correctable=AerCounts(total=2)))
+    h = History(maxlen=1000, spacing_s=10.0, long_spacing_s=10.0, recent_s=100.0, counters_s=200.0)
+    for k in range(64):
+        s = _every_counter_moves(cs.at(base, 10.0 * k), k)
+        if k == 20:
+            s = cs.with_port(s, "mlx5_1", state="DOWN")
+        h.append(s)
+    snaps = h.snapshots()
+    now = snaps[-1].taken_at
+    aged = [s for s in snaps if is_aged(s)]
+    assert aged and all(s.taken_at < now - 200 for s in aged)
+    assert not [s for s in snaps if s.taken_at >= now - 200 and is_aged(s)]  # the counter window keeps its counters
+    recent = snaps[-2].hcas[0].ports[0]
+    assert len(recent.counters) > 10 and len(recent.hw_counters) > 0
+    for s in aged:
+        p = s.hca("mlx5_0").ports[0]
+        assert dict(p.counters) == {"link_downed": int(s.taken_at // 50)} and not p.hw_counters
+        assert all(n.ethtool is None for n in s.netdevs) and all(not link.errors for g in s.nvml.gpus for link in g.nvlinks)
+        assert s.hca("mlx5_1").ports[0].state == ("DOWN" if s.taken_at == 200.0 else "ACTIVE")
+        assert [d.aer for d in s.pci] == [PcieAer(correctable=AerCounts(total=2))]  # AER presence, the PCIe links
+    # within a run of equal link_downed the aged entries are the very same parts
+    runs = [(a, b) for a, b in zip(aged, aged[1:]) if a.taken_at // 50 == b.taken_at // 50 and 200.0 not in (a.taken_at, b.taken_at)]
+    assert runs
+    for a, b in runs:
+        assert a.hcas is b.hcas and a.netdevs is b.netdevs and a.nvml is b.nvml and a.pci is b.pci
+
+
+def test_aged_entries_export_and_seed_back():
+    from agentd.collection.history import is_aged
+    from tests.support import check_snapshots as cs
+
+    base = cs.node(t=0.0)
+    h = History(maxlen=1000, spacing_s=10.0, long_spacing_s=10.0, recent_s=100.0)
+    for k in range(64):
+        h.append(_every_counter_moves(cs.at(base, 10.0 * k), k))
+    now = h.snapshots()[-1].taken_at
+    assert any(is_aged(s) for s in h.snapshots())
+    entries = h.export(now, flap_window_s=3600.0, rate_window_s=100.0)
+    fresh = History(1000, spacing_s=10.0)
+    assert fresh.seed(entries) == len(entries)
+    first = fresh.snapshots()[0]
+    assert first.taken_at == 0.0 and dict(first.hca("mlx5_0").ports[0].counters) == {"link_downed": 0}
