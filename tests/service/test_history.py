@@ -224,3 +224,20 @@ def test_aged_entries_export_and_seed_back():
     assert fresh.seed(entries) == len(entries)
     first = fresh.snapshots()[0]
     assert first.taken_at == 0.0 and dict(first.hca("mlx5_0").ports[0].counters) == {"link_downed": 0}
+
+
+def test_a_reload_that_shortens_the_windows_ages_entries_by_the_new_ones():
+    from agentd.collection.history import is_aged
+    from tests.support import check_snapshots as cs
+
+    base = cs.node(t=0.0)
+    h = History(maxlen=1000, spacing_s=10.0, recent_s=600.0)
+    for k in range(40):
+        h.append(_every_counter_moves(cs.at(base, 10.0 * k), k))
+    assert not any(is_aged(s) for s in h.snapshots())  # 400 s: all within the 600 s window
+    h.configure(1000, 10.0, recent_s=60.0, counters_s=100.0)
+    for k in range(40, 64):
+        h.append(_every_counter_moves(cs.at(base, 10.0 * k), k))
+    now = h.snapshots()[-1].taken_at
+    assert {is_aged(s) for s in h.snapshots() if s.taken_at < now - 100} == {True}
+    assert not any(is_aged(s) for s in h.snapshots() if s.taken_at >= now - 100)
