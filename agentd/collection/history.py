@@ -276,9 +276,11 @@ class Compactor:
                       self.table(p.hw_counters, prev.hw_counters if prev else None))
         return prev if prev is not None and prev.key() == e.key() else e
 
-    def hca(self, h: Hca, prev: HcaEntry | None) -> HcaEntry:
+    def hca(self, h: Hca, prev: HcaEntry | None, port: Callable[[Any, PortEntry | None], PortEntry] | None = None) -> HcaEntry:
+        """``h``'s entry, its ports made by ``port`` (default: ``self.port``)."""
+        make = port or self.port
         olds = {q.port: q for q in prev.ports} if prev is not None else {}
-        ports = tuple(self.port(p, olds.get(p.port)) for p in h.ports)
+        ports = tuple(make(p, olds.get(p.port)) for p in h.ports)
         if prev is not None and len(ports) == len(prev.ports) and all(a is b for a, b in zip(ports, prev.ports)):
             return prev
         return HcaEntry(h.name, ports)
@@ -353,13 +355,6 @@ class Compactor:
         e = PortEntry(p, self.table(kept, prev.counters if prev else None), _NO_COUNTERS)  # type: ignore[arg-type]
         return prev if prev is not None and prev.key() == e.key() else e
 
-    def _aged_hca(self, h: HcaEntry, prev: HcaEntry | None) -> HcaEntry:
-        olds = {q.port: q for q in prev.ports} if prev is not None else {}
-        ports = tuple(self._aged_port(p, olds.get(p.port)) for p in h.ports)
-        if prev is not None and len(ports) == len(prev.ports) and all(a is b for a, b in zip(ports, prev.ports)):
-            return prev
-        return HcaEntry(h.name, ports)
-
     def _aged_netdev(self, n: NetdevEntry, prev: NetdevEntry | None) -> NetdevEntry:
         if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is None:
             return prev
@@ -384,7 +379,7 @@ class Compactor:
         was_hcas: tuple[Any, ...] = s.hcas  # a compact entry's parts are the entry types
         was_netdevs: tuple[Any, ...] = s.netdevs
         was_gpus: tuple[Any, ...] = s.nvml.gpus
-        hcas: tuple[Any, ...] = tuple(self._aged_hca(h, ph.get(h.name)) for h in was_hcas)
+        hcas: tuple[Any, ...] = tuple(self.hca(h, ph.get(h.name), self._aged_port) for h in was_hcas)
         netdevs: tuple[Any, ...] = tuple(self._aged_netdev(n, pn.get(n.name)) for n in was_netdevs)
         gpus: tuple[Any, ...] = tuple(self._aged_gpu(g, pg.get(g.pci_bus_id)) for g in was_gpus)
         pci: tuple[Any, ...] = s.pci
