@@ -149,7 +149,6 @@ def test_link_states_are_reused_for_the_very_same_parts():
     assert back == sig and back is not sig
 
 
-
 def _every_counter_moves(snap, k: int):
     """``snap`` with every IB counter and hw_counter, the PFC pause counters and every
     NVLink error counter at a new value (a busy node), ``link_downed`` rising every 5th."""
@@ -174,8 +173,8 @@ def _every_counter_moves(snap, k: int):
 def test_entries_older_than_every_counter_window_keep_states_and_link_downed_and_share_the_rest():
     """A busy node (every counter moves every cycle): entries older than the longest
     counter window keep port, netdev and NVLink states, link_downed and the PCI functions;
-    a run of them with the same states and link_downed shares every part, so a full
-    history costs what its recent entries cost."""
+    a run of them with the same states and link_downed shares every part, so such a run
+    costs only the entry objects."""
     from agentd.collection.history import is_aged
     from agentd.model import AerCounts, PcieAer
     from tests.support import check_snapshots as cs
