@@ -146,7 +146,9 @@ def test_reload_signals_the_main_process_without_a_kill_binary() -> None:
     """ExecReload= run as systemd runs it: its words expanded, MAINPID in the control
     process's environment (systemd.exec(5)), and a PATH where no kill(1) can be found."""
     reload = [v for k, v in _unit_lines(UNIT) if k == "ExecReload"][-1]
-    main = subprocess.Popen(["sleep", "600"])
+    # as systemd starts a main process: SIGHUP at its default action, even when this test
+    # runs under nohup (an ignored signal stays ignored across exec)
+    main = subprocess.Popen(["sleep", "600"], preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         env = {"MAINPID": str(main.pid), "PATH": "/nonexistent"}
         argv = _systemd_expand(shlex.split(reload), env)
