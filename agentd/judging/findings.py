@@ -2,7 +2,7 @@
 
 Every finding in agentd (checks, staleness, file findings, the NCCL benchmark) is built
 by :func:`finding`: the message is always one line, and the subject is a typed
-:class:`~agentd.model.Subject` (never text). ``tests/test_findings.py`` fails on a raw
+:class:`~agentd.model.Subject` (never text). ``tests/judging/test_findings.py`` fails on a raw
 ``Finding(...)`` anywhere else in ``agentd/``. Pure.
 """
 

@@ -14,8 +14,9 @@ from agentd.host.kernel_log import KernelLogSource
 from agentd.judging.checks import CheckInput, run_checks
 from agentd.judging.checks.kernel import check_events
 from agentd.model import Gpu, Hca, KernelLog, NodeSnapshot
+from tests.support.paths import FIXTURES
 
-KMSG = Path(__file__).parent.parent / "fixtures" / "kmsg"
+KMSG = FIXTURES / "kmsg"
 DAY = 86400.0
 
 

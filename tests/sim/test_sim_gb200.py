@@ -1,7 +1,7 @@
 """The gb200-nvl profile (a GB200 NVL72 compute tray) read back by agentd's collector, and
 the exact effect of each fabric fault kind on what NVML and the process table say.
 
-Applying and clearing every kind byte for byte on every profile is tests/test_sim.py's
+Applying and clearing every kind byte for byte on every profile is tests/sim/test_sim.py's
 test_fault_applies_and_clears; here each kind's effect is checked field by field.
 """
 

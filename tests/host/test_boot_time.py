@@ -16,8 +16,9 @@ from agentd.base import recorded
 from agentd.cli import main
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.host.system import STAT_MAX_BYTES, boot_time, parse_btime, parse_uptime, read_system
+from tests.support.paths import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures/proc/procfs-stat"
+FIXTURE = FIXTURES / "proc/procfs-stat"
 FIXTURE_BTIME = 1418183276  # the btime line of that real /proc/stat
 
 

@@ -14,7 +14,7 @@ import pytest
 from agentd import sim
 from agentd.base import recorded
 from agentd.cli import main
-from tests.test_odd_names import odd_tree
+from tests.host.test_odd_names import odd_tree
 
 # (profile, faults): every profile, healthy and with faults of each area
 CASES = [

@@ -21,8 +21,9 @@ import pytest
 
 from tests.security.test_webconfig import client_ctx, pki  # noqa: F401  (pki: fixture)
 from tests.support.daemon_harness import Agent, config_text, metric_value, poll
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 PROBE = r"""
 import json, sys

@@ -1,4 +1,4 @@
-"""The nccl-tests parser on real captured outputs of several versions (tests/bench/data)."""
+"""The nccl-tests parser on real captured outputs of several versions (tests/ncclbench/data)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 from agentd.host.fabric_health import decode_health, format_cluster_uuid
 from agentd.host.nvml import read_nvml
 from agentd.model import C2cLink, FabricHealth
-from tests.test_nvml import FakeNVMLError, fake_pynvml, live_ctx
+from tests.host.test_nvml import FakeNVMLError, fake_pynvml, live_ctx
 
 pynvml = pytest.importorskip("pynvml")
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from agentd.host.kernel_catalog import CONTEXT_RECORDS, DETAIL_CHARS, Extracted, Extractor
 from agentd.judging.kernel_policy import XID_CATALOGUE, EventPolicy, event_policy
+from tests.support.paths import FIXTURES
 
-KMSG = Path(__file__).parent / "fixtures" / "kmsg"
+KMSG = FIXTURES / "kmsg"
 _ESCAPE_RE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 

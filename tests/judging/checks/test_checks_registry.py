@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -41,8 +40,9 @@ from tests.support.check_snapshots import (
     without_gpu,
     without_hca,
 )
+from tests.support.paths import DOCS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
+DOC = DOCS / "findings.md"
 FULL = cfg(expect={"gpus": 8, "hca_ports": 8, "nvlinks_per_gpu": 18, "ipoib_mtu": 4092, "gpu_nic_path": "PXB"})
 
 

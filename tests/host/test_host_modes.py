@@ -19,6 +19,7 @@ from agentd import sim
 from agentd.base import recorded
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.nvml import read_nvml
+from tests.support.paths import REPO
 
 RUNNING_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -166,7 +167,7 @@ def test_inspect_through_a_bind_mounted_host_equals_inspect_of_slash(tmp_path):
         (host / "etc/machine-id").touch()
         script += f' && mount --bind /etc/machine-id "{host}/etc/machine-id"'
     script += ' && exec "$@"'
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     # a private mount namespace: the binds vanish with the process
     mounted = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *inspect, str(host)], capture_output=True, text=True, timeout=120, env=env)
     if mounted.returncode != 0 and ("mount" in mounted.stderr or "unshare" in mounted.stderr):

@@ -19,6 +19,7 @@ from agentd.model import (
 )
 from tests.support.check_snapshots import cfg, inp, node, one, only, problems, with_nvlink, with_nvml_gpu
 from tests.support.fixtures import OUTPUTS
+from tests.support.paths import DOCS
 from tests.support.smi_fabric import apply_smi_fabric, parse_smi_fabric
 
 UUID = "6d7d5c0a-1b2c-4d3e-8f40-1234567890ab"
@@ -234,9 +235,8 @@ def test_odd_data_never_raises():
 
 def test_every_code_is_documented():
     import re
-    from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "findings.md").read_text(encoding="utf-8")
+    doc = (DOCS / "findings.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `([a-z0-9_.]+)` \|", doc, re.M))
     assert {"nvlink.fabric.unassigned", "nvlink.fabric.unhealthy", "nvlink.fabric.degraded", "nvlink.domain.split",
             "nvlink.link.slow", "nvlink.c2c.down", "fabric.manager.down", "fabric.imex.down"} <= documented
