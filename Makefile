@@ -33,11 +33,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check agentd tests bench
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/pytest -q -p no:cacheprovider
+# The suite on parallel workers (it waits on daemons, Prometheus and deadlines more than it
+# computes), one test file per worker at a time so a file's shared daemons start once;
+# temporary files on tmpfs (tests/conftest.py). tests/README.md says what each marker means.
+TEST_WORKERS ?= 3
+FAST := not (e2e or proc or tree or packaging or slow)
 
+test: lint
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+
+# The inner loop: no processes, no simulated trees of a test's own, no packaging, property
+# tests at 20 examples. `bench/bench_test_suite.py` prints how long both take.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider -m "not e2e"
+	HYPOTHESIS_EXAMPLES=20 $(BIN)/pytest -q -p no:cacheprovider -n 2 -m "$(FAST)"
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

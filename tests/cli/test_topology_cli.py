@@ -13,6 +13,8 @@ import pytest
 
 from agentd import sim
 
+pytestmark = pytest.mark.proc
+
 HANG_GUARD_S = 120  # a guard against a wedged test, not a timing assertion
 
 
@@ -30,6 +32,7 @@ def h100(tmp_path_factory) -> tuple[Path, Path]:
     return root, cfg
 
 
+@pytest.mark.tree
 def test_json_has_the_rails_and_the_hash(h100) -> None:
     root, cfg = h100
     p = run("--host-root", str(root), "--config", str(cfg), "--format", "json")

@@ -186,6 +186,7 @@ def veth():
         subprocess.run(["ip", "link", "del", a], capture_output=True)
 
 
+@pytest.mark.proc
 def test_live_veth_has_no_dcb_and_no_error(veth):
     ctx = ReadContext(HostRoot.at("/"), "dcb")
     assert read_pfc(ctx, [veth]) == {}

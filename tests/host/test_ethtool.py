@@ -160,6 +160,7 @@ def veth_pair():
         subprocess.run(["ip", "link", "del", a], capture_output=True)
 
 
+@pytest.mark.proc
 def test_live_ioctl_matches_ethtool_on_veth(veth_pair):
     a, b = veth_pair
     ctx = ReadContext(HostRoot.at("/"), "ethtool")
@@ -174,6 +175,7 @@ def test_live_ioctl_matches_ethtool_on_veth(veth_pair):
         assert out[a] == parse_ethtool_s(r.stdout)
 
 
+@pytest.mark.proc
 def test_live_missing_and_statless_interfaces_are_per_interface_errors(veth_pair):
     a, _ = veth_pair
     ctx = ReadContext(HostRoot.at("/"), "ethtool")
@@ -185,6 +187,7 @@ def test_live_missing_and_statless_interfaces_are_per_interface_errors(veth_pair
     assert by_path["ioctl(SIOCETHTOOL, lo)"].kind == "unavailable"  # loopback has no statistics
 
 
+@pytest.mark.proc
 def test_live_falls_back_to_drvinfo_n_stats(veth_pair, monkeypatch):
     """Drivers without ETHTOOL_GSSET_INFO: the count comes from ETHTOOL_GDRVINFO.n_stats,
     which the kernel fills for every driver; same statistics either way."""
@@ -206,6 +209,7 @@ def test_live_falls_back_to_drvinfo_n_stats(veth_pair, monkeypatch):
     assert ethtool.ETHTOOL_GDRVINFO in seen and ctx.errors == []
 
 
+@pytest.mark.proc
 def test_live_retries_when_the_count_changes_between_calls(veth_pair, monkeypatch):
     a, _ = veth_pair
     real_ioctl = ethtool._ioctl

@@ -141,6 +141,7 @@ def run_check(root: Path, cfg: Path, *extra: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.proc
 def test_agentd_check_on_a_healthy_vmd_node_exits_0_and_keeps_the_baseline(vmd_root, tmp_path):
     state = tmp_path / "state"
     cfg = tmp_path / "agentd.toml"

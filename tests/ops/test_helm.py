@@ -22,6 +22,8 @@ import yaml
 
 from agentd.config import load_config
 
+pytestmark = pytest.mark.packaging
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "packaging" / "helm" / "agentd"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"

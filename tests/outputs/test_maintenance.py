@@ -263,6 +263,7 @@ def test_cli_on_fails_with_exit_3(tmp_path: Path, capsys) -> None:
     assert "could not write" in capsys.readouterr().err
 
 
+@pytest.mark.tree
 def test_cli_on_a_simulated_root_uses_the_moved_state_dir(tmp_path: Path, capsys) -> None:
     root = sim.build_tree("h100-ib", tmp_path / "sim")
     cfg = write_config(tmp_path)
@@ -282,6 +283,8 @@ def run_check(root: Path, cfg: Path, *extra: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 def test_check_in_maintenance_reports_and_exits_0(tmp_path: Path) -> None:
     root = sim.build_tree("h100-ib", tmp_path / "sim", faults=["port_down@mlx5_3"])
     cfg = write_config(tmp_path)
@@ -306,6 +309,8 @@ def test_check_in_maintenance_reports_and_exits_0(tmp_path: Path) -> None:
     assert t.returncode == 2 and t.stdout.splitlines()[0] == "critical"
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 def test_check_ignores_the_configured_state_dir_for_another_root(tmp_path: Path) -> None:
     # The node's own maintenance file says nothing about a simulated root.
     root = sim.build_tree("h100-ib", tmp_path / "sim")

@@ -59,6 +59,8 @@ def findings(p: subprocess.CompletedProcess[str]) -> set[tuple[str, str, str]]:
 
 
 # -- (a) agentd check on another root --------------------------------------------------
+@pytest.mark.proc
+@pytest.mark.tree
 def test_check_on_another_root_never_makes_the_node_baseline(tmp_path):
     """Issue 13: `agentd check --host-root OTHER` created the node's baseline from OTHER's
     inventory; the next plain `agentd check` then reported OTHER's GPUs and HCAs missing."""
@@ -76,6 +78,8 @@ def test_check_on_another_root_never_makes_the_node_baseline(tmp_path):
     assert NOT_THE_NODE not in node.stderr
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 def test_check_judges_against_the_recorded_baseline_read_only(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline
 
@@ -97,6 +101,8 @@ def test_check_judges_against_the_recorded_baseline_read_only(tmp_path):
     assert recorded.read_bytes() == before and node_files(tmp_path) == []
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 def test_baseline_commands_on_another_root_leave_the_node_baseline_alone(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline
 
@@ -149,6 +155,7 @@ def test_simulate_writes_only_beside_its_root_whatever_the_config_says(tmp_path)
 
 
 # -- (c) agentd render on another root -------------------------------------------------
+@pytest.mark.tree
 def test_render_on_another_root_writes_no_node_file(tmp_path, capsys):
     """Issue 13: `agentd render --host-root OTHER` without --out-dir wrote the node's NCCL files."""
     root = sim.build_tree("h100-ib", tmp_path / "other")
@@ -165,6 +172,8 @@ def test_render_on_another_root_writes_no_node_file(tmp_path, capsys):
 
 
 # -- a baseline of another node --------------------------------------------------------
+@pytest.mark.proc
+@pytest.mark.tree
 def test_a_baseline_of_another_node_is_foreign_not_missing_devices(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline
 
@@ -180,6 +189,8 @@ def test_a_baseline_of_another_node_is_foreign_not_missing_devices(tmp_path):
     assert "sim-pcie-4gpu-01" in msg and "sim-h100-ib-01" in msg
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 def test_machine_id_decides_which_node_a_baseline_is(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline
 
@@ -199,6 +210,7 @@ def test_machine_id_decides_which_node_a_baseline_is(tmp_path):
     assert not any(c == "baseline.foreign" for c, _, _ in findings(p))
 
 
+@pytest.mark.tree
 def test_a_baseline_from_before_identities_is_adopted():
     import tempfile
 

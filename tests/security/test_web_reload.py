@@ -123,6 +123,7 @@ def issue_server_cert(ca_dir: Path, out: Path) -> None:
              "-days", "2", "-extfile", "ext.cnf", "-extensions", "server", "-out", str(out / "tls.pem"), cwd=ca_dir)
 
 
+@pytest.mark.proc
 async def test_reload_serves_a_rotated_certificate_and_can_turn_tls_on(pki: Path, tmp_path: Path) -> None:  # noqa: F811
     web = tmp_path / "web.yml"
     web.write_text(f"basic_auth_users:\n  alice: {HASH}\n")  # plain HTTP first
