@@ -20,7 +20,6 @@ import shlex
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from common import ROOT, emit, note, run_main
 
