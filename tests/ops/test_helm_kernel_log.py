@@ -6,16 +6,16 @@ strictly, and holds exactly the privileges its mode needs."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import helm_python
 import kubernetes_validate
 import pytest
 import yaml
 
+from tests.support.paths import REPO
+
 pytestmark = pytest.mark.packaging
 
-CHART = Path(__file__).resolve().parents[2] / "packaging" / "helm" / "agentd"
+CHART = REPO / "packaging" / "helm" / "agentd"
 KUBE_VERSIONS = ("1.25.0", "1.37.0")  # the chart's floor and the newest kubernetes-validate has
 PLUGIN = "squat.ai/kmsg"
 

@@ -11,7 +11,6 @@ import datetime as dt
 import importlib.util
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import helm_python
@@ -21,14 +20,14 @@ import yaml
 
 from agentd.outputs.nfd import render_nfd_features
 from tests.support.crd import structural
+from tests.support.paths import FIXTURES, REPO
 from tests.support.placement_snapshots import COMPUTE, T0, fabric_finding, gb200_tray
 
 pytestmark = pytest.mark.packaging
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "packaging" / "helm" / "agentd"
 RULE_MANIFEST = REPO / "packaging" / "k8s" / "nfd-taint-rule.yaml"
-SCHEMA = structural(json.loads((REPO / "tests" / "fixtures" / "node-feature-discovery" / "nodefeaturerules.v1alpha1.schema.json").read_text()))
+SCHEMA = structural(json.loads((FIXTURES / "node-feature-discovery" / "nodefeaturerules.v1alpha1.schema.json").read_text()))
 TAINT_KEY = "agentd.io/fabric-unhealthy"
 # nfd-master refuses taints in kubernetes.io namespaces other than feature.node.kubernetes.io,
 # unprefixed keys and other effects (pkg/apis/nfd/validate/validate.go Taint, v0.19.0).

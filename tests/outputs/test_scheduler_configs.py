@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -26,18 +25,17 @@ import yaml
 from agentd.outputs.nfd import LABEL_VALUE_RE, nfd_labels
 from tests.support.check_snapshots import node
 from tests.support.crd import structural
+from tests.support.paths import DOCS, FIXTURES, REPO
 from tests.support.placement_snapshots import COMPUTE, gb200_tray
 
-REPO = Path(__file__).resolve().parents[2]
-DOCS = REPO / "docs"
-FIXTURES = REPO / "tests" / "fixtures" / "schedulers"
+SCHEDULERS = FIXTURES / "schedulers"
 TAINT_KEY = "agentd.io/fabric-unhealthy"
 HOSTNAME = "kubernetes.io/hostname"
 CHECKED = re.compile(r"<!-- checked: (\S+) -->\n```yaml\n(.*?)```", re.S)
 
 
 def _crd(name: str) -> dict:
-    return structural(json.loads((FIXTURES / name).read_text()))
+    return structural(json.loads((SCHEDULERS / name).read_text()))
 
 
 def _vocabulary_rows(text: str) -> list[str]:
@@ -160,7 +158,7 @@ def test_volcano_label_discovery() -> None:
 
 def test_topograph_values() -> None:
     (values,) = BLOCKS["topograph-values"]
-    jsonschema.validate(values, json.loads((FIXTURES / "topograph-values.schema.json").read_text()))
+    jsonschema.validate(values, json.loads((SCHEDULERS / "topograph-values.schema.json").read_text()))
     assert values["engine"]["name"] in ("k8s", "nfd", "slinky")  # the engines that take a source label
     assert values["engine"]["params"]["acceleratorDomainSourceLabel"] == "agentd.io/nvlink-domain"
     accelerator = values["provider"]["params"]["accelerator"]

@@ -17,10 +17,11 @@ from agentd.judging.placement import Placement, placement
 from agentd.outputs.slurm_hostlist import expand
 from agentd.outputs.slurm_topology import MergeError, merge_block_lines, read_topology, slurm_yaml_lines
 from agentd.sim.build import build_tree
+from tests.support.paths import FIXTURES
 from tests.support.placement_snapshots import CLIQUE_ID, CLUSTER_UUID, COMPUTE, gb200_tray
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
-SCHEMA = json.loads((FIXTURES / "topology.yaml.schema.json").read_text())
+SLURM = FIXTURES / "slurm"
+SCHEMA = json.loads((SLURM / "topology.yaml.schema.json").read_text())
 TRAY_BLOCK = f"nvl-{CLUSTER_UUID}-{CLIQUE_ID}"
 MAX_BLOCK_LEVELS = 16  # src/plugins/topology/block/block_record.h
 
@@ -47,7 +48,7 @@ def slurm_checks(doc: object) -> None:
 
 
 def test_the_schema_takes_slurms_own_example_and_refuses_what_slurm_refuses() -> None:
-    slurm_checks(yaml.safe_load((FIXTURES / "topology.yaml.5-example.yaml").read_text()))
+    slurm_checks(yaml.safe_load((SLURM / "topology.yaml.5-example.yaml").read_text()))
     for bad in ([{"topology": "t", "block": {"blocks": [{"nodes": "n1"}]}}],  # a block without a name
                 [{"topology": "t", "block": {"blocks": []}, "flat": True}],  # two types
                 [{"topology": "t", "block": {"blocks": [{"block": "b", "node": "n1"}]}}],  # misspelt key
