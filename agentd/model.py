@@ -370,6 +370,9 @@ class C2cLink(Record):
     max_bw_mb_s: int | None = None  # NVML_FI_DEV_C2C_LINK_GET_MAX_BW
 
 
+CLUSTER_UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
 class NvmlGpu(Record):
     index: int
     pci_bus_id: str  # normalised lowercase dddd:bb:dd.f
@@ -383,7 +386,10 @@ class NvmlGpu(Record):
     # GPU feature discovery's nvidia.com/gpu.clique is "<cluster_uuid>.<clique_id>". None:
     # not reported (no fabric API, or the probe has not completed). An all-zero UUID is kept
     # as read ("00000000-0000-0000-0000-000000000000"): judging it is the checks' job.
-    fabric_cluster_uuid: str | None = None  # lowercase 8-4-4-4-12
+    # Only the 8-4-4-4-12 form: NVML's 16 bytes always format so, and a recording that says
+    # anything else does not match the schema (a read error), since the value becomes a
+    # label, a metric label and a Slurm block name.
+    fabric_cluster_uuid: str | None = Field(default=None, pattern=CLUSTER_UUID_PATTERN)  # lowercase 8-4-4-4-12
     fabric_clique_id: int | None = None
     fabric_health: FabricHealth | None = None
     c2c_links: tuple[C2cLink, ...] = ()  # Grace systems only

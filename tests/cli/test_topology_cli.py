@@ -79,9 +79,9 @@ def test_nodes_lines_through_pdsh_and_merge(h100, tmp_path) -> None:
     merged = run("--slurm-merge", stdin="\n".join(outputs + tray) + "\n")
     assert merged.returncode == 0, merged.stderr
     assert [line for line in merged.stdout.splitlines() if not line.startswith("#")] == [
+        "BlockName=nvl-3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d-32766 Nodes=tray[1-3]",
         "BlockName=node-gpu2 Nodes=gpu2",
         "BlockName=node-gpu10 Nodes=gpu10",
-        "BlockName=nvl-3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d-32766 Nodes=tray1,tray2,tray3",
     ]
     # files, and a merged file merged again, give the same topology.conf
     (tmp_path / "a").write_text("\n".join(outputs) + "\n")
