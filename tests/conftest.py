@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from tests.support import cost
+from tests.support.paths import TESTS
 
 SLOW_S = 0.5
 _TMPFS = Path("/dev/shm")
@@ -41,6 +42,8 @@ _COST_MARKERS = ("e2e", "proc", "tree", "packaging", "slow")
 # Fixtures shared by a module or the session that start processes: every test that uses one
 # is marked ``proc`` at collection (the spy sees the processes only in the first such test).
 _PROCESS_FIXTURES = frozenset({"pki"})
+# Folders whose every test has a cost by what the folder is for.
+_FOLDER_MARKERS = {"e2e": pytest.mark.e2e, "golden": pytest.mark.e2e, "ops": pytest.mark.packaging}
 
 _made_basetemp: Path | None = None
 _slow_unmarked: list[tuple[str, float]] = []
@@ -138,6 +141,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.proc)
+        folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+        if folder in _FOLDER_MARKERS:
+            item.add_marker(_FOLDER_MARKERS[folder])
 
 
 @pytest.fixture(scope="session")
