@@ -14,22 +14,25 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from agentd.base.memo import same_objects
 from agentd.collection.history import History, share
 from agentd.config import AgentConfig
 from agentd.daemon.exposition import REGISTRY
+from agentd.daemon.logging import Log
 from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
 from agentd.judging.baseline import Baseline
 from agentd.judging.lifecycle import Tracks, advance
 from agentd.judging.outputs import output_findings
 from agentd.judging.staleness import stale_probe_names, with_staleness
-from agentd.model import Finding, NodeSnapshot, sort_findings
+from agentd.model import CONTENT_FIELDS, Finding, HistoryEntry, NodeSnapshot, sort_findings
 from agentd.nccl.topo import topology_hash
+from agentd.ncclbench.job import BenchOutcome
 from agentd.outputs.baseline_store import BaselineError, load_baseline
-from agentd.outputs.evaluate import Evaluation, Evaluator, evaluate
+from agentd.outputs.evaluate import EvaluateFn, Evaluation, Evaluator, evaluate
+from agentd.outputs.maintenance import Maintenance
 from agentd.outputs.writer import Writer, planned_files
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
@@ -47,23 +50,23 @@ class Context:
     udev_events: Mapping[tuple[str, str], int]
     udev_active: bool
     process: Mapping[str, float]
-    bench: Any = None
+    bench: BenchOutcome | None = None
     bench_findings: tuple[Finding, ...] = ()
     link_events: Mapping[str, int] = field(default_factory=dict)  # rtnetlink outcome -> count
     link_active: bool = False
-    maintenance: Any = None  # agentd.outputs.maintenance.Maintenance
+    maintenance: Maintenance | None = None
     maintenance_ended_at: float | None = None
 
 
 # the parts ``history.share`` replaces by the previous snapshot's when equal
-_SHARED = ("pci", "hcas", "netdevs", "gpus", "read_errors", "system", "gdr", "nvml")
-# what the writer reads of a snapshot beside its evaluation (the NFD labels): every part
-# but the time it was taken and the probe statuses
-_WRITTEN_FROM = tuple(f for f in NodeSnapshot.model_fields if f not in ("taken_at", "probes"))
+_SHARED = CONTENT_FIELDS
+# what the writer reads of a snapshot beside its evaluation (the NFD labels): its content,
+# not the time it was taken nor the probe statuses (agentd.model.SNAPSHOT_FIELDS)
+_WRITTEN_FROM = CONTENT_FIELDS
 
 
 class Publisher:
-    def __init__(self, *, evaluate: Callable[..., Evaluation] = evaluate, writer: Writer | None = None, log: Any):
+    def __init__(self, *, evaluate: EvaluateFn = evaluate, writer: Writer | None = None, log: Log):
         self.evaluator = Evaluator(evaluate)
         self.writer = writer or Writer()
         self.log = log
@@ -143,7 +146,7 @@ class Publisher:
         self._shared = (tuple(getattr(raw, f) for f in _SHARED), stored)
         return stored
 
-    def _steady(self, prev: NodeSnapshot | None, raw: NodeSnapshot | None) -> NodeSnapshot | None:
+    def _steady(self, prev: HistoryEntry | None, raw: NodeSnapshot | None) -> NodeSnapshot | None:
         """``share(prev, raw)`` in O(1) when ``raw``'s parts are the very objects the last
         sharing started from and ``prev`` is what it made (the history's newest entry);
         else None."""
@@ -231,7 +234,7 @@ class Publisher:
     def _topology_hash(self, ev: Evaluation) -> str:
         """The rendered topology XML's hash, computed once per rendered text (a steady node
         reuses its render, so most publishes cost an identity check)."""
-        xml = getattr(ev.render, "topo_xml", None) if ev.render is not None else None
+        xml = ev.render.topo_xml if ev.render is not None else None
         if xml is None:
             return ""
         last = self._topo_hash
@@ -252,7 +255,7 @@ class Publisher:
             link_events=ctx.link_events, link_active=ctx.link_active, maintenance=ctx.maintenance,
             maintenance_ended_at=ctx.maintenance_ended_at, bench=ctx.bench, render_metrics=REGISTRY.render,
         )  # fmt: skip
-        topo_problems = getattr(ev.render, "topo_problems", ()) if ev.render is not None else ()
+        topo_problems = ev.render.topo_problems if ev.render is not None else ()
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
         if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)
             life = advance(self.extra_tracks, extra, now=snap.taken_at, settings=ctx.config.lifecycle,

@@ -21,7 +21,7 @@ from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
 from agentd.judging.placement import Placement, placement
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, NodeSnapshot, overall_status
+from agentd.model import Finding, NodeSnapshot, NodeStatus, overall_status
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
 HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance"]
@@ -69,7 +69,7 @@ class State:
         return self.maintenance is not None or self.maintenance_ended_at is not None
 
     @property
-    def measured_status(self) -> Literal["ok", "degraded", "critical"]:
+    def measured_status(self) -> NodeStatus:
         """The node's status from the findings that count, maintenance or not (once per State)."""
         return self.cached("measured_status", lambda: overall_status(self.findings))
 

@@ -4,10 +4,10 @@
 
     {"format": "agentd-history", "version": 1, "written_at": <unix s>,
      "node": {"machine_id", "hostname", "host_root"}, "boot_id": "...",
-     "snapshots": [<agentd.collection.history.export_entries entries>, oldest first],
+     "snapshots": [<agentd.collection.history_json.export_entries entries>, oldest first],
      "lifecycle": [<JSON objects, kept as given>]}
 
-What rates and flap detection need (agentd.collection.history: per-port states,
+What rates and flap detection need (agentd.collection.history_json: per-port states,
 ``link_downed``, counters at the edges of the rate window) so a restart (an upgrade, an
 OOM kill) neither forgets a port that flapped nor counts its flaps again. Written
 atomically; at most ``MAX_BYTES`` (the oldest snapshots go first, then the oldest lifecycle
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from agentd.base.atomic import WriteResult, atomic_write, read_fd
-from agentd.collection.history import drop_oldest
+from agentd.collection.history_json import drop_oldest
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.system import read_identity
 from agentd.judging.baseline import Baseline, NodeIdentity, foreign_reason

@@ -46,7 +46,7 @@ class FakeCollector:
 
 
 def fake_evaluate(findings=()):
-    def evaluate(snap, history, config, baseline):
+    def evaluate(snap, history, config, baseline, **_):
         return Evaluation(findings=tuple(findings), status="ok", roles=HcaRoles(("mlx5_0",), ("mlx5_1",), "inferred"), expected=Expected())
 
     return evaluate
@@ -129,7 +129,7 @@ async def test_status_line_follows_findings(tmp_path, notify):
     notifier, sock = notify
     findings: list[Finding] = []
 
-    def evaluate(snap, history, cfg, baseline):
+    def evaluate(snap, history, cfg, baseline, **_):
         return Evaluation(findings=tuple(findings), status="ok", roles=HcaRoles(("mlx5_0",), (), "inferred"), expected=Expected())
 
     d, _ = make(tmp_path, notifier, evaluate=evaluate)

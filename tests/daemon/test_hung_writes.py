@@ -188,7 +188,7 @@ async def test_a_fifo_at_the_baseline_path_hangs_neither_health_nor_sigterm(tmp_
                          paths={"baseline": str(fifo)}).model_copy(update={"listen": "127.0.0.1:0"})
     log = Log()
     d = Daemon(config, host=HostRoot.at(tmp_path), collector=FakeCollector(config), probe_tiers=dict(PROBE_TIERS),
-               evaluate=lambda snap, hist, cfg, baseline: Evaluation(findings=(), status="ok", roles=ROLES, expected=Expected()),
+               evaluate=lambda snap, hist, cfg, baseline, **_: Evaluation(findings=(), status="ok", roles=ROLES, expected=Expected()),
                notifier=Notifier({}), watchdog=None, log=log)
     # Should the event loop block on the FIFO (the code before the fix), this thread gives the
     # reader its EOF after the bound, so the test fails instead of hanging.

@@ -43,7 +43,7 @@ class FakeCollector:
         return self
 
 
-def fake_evaluate(snap: Any, history: Any, config: Any, baseline: Any) -> Evaluation:
+def fake_evaluate(snap: Any, history: Any, config: Any, baseline: Any, **_: Any) -> Evaluation:
     return Evaluation(findings=(), status="ok", roles=HcaRoles(("mlx5_0",), ("mlx5_1",), "inferred"), expected=Expected())
 
 
