@@ -635,6 +635,11 @@ class Collector:
         probes = tuple(outputs[p.name].status for p in PROBES if p.name in outputs)
         return content.model_copy(update={"taken_at": when, "probes": probes})
 
+    def snapshot_job(self) -> Callable[[], NodeSnapshot]:
+        """``snapshot`` over a private copy of the outputs, to call in a worker thread while
+        the probes go on recording theirs."""
+        return replace(self, outputs=dict(self.outputs)).snapshot
+
     def steady_snapshot(self, taken_at: float | None = None) -> NodeSnapshot | None:
         """``snapshot()`` when its content would be the last assembly's (cheap: no probe's
         data or read errors changed), else None (assembling belongs off the event loop)."""

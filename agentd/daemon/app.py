@@ -44,7 +44,7 @@ async def run_daemon(
     listening; ``overrides`` (CLI flags) are applied again on every SIGHUP reload."""
     from agentd.daemon.daemon import Daemon
 
-    daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides)
+    daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides, persist_history=True)
 
     def announce(addresses: list[tuple[str, int]]) -> None:
         if not ready_message:

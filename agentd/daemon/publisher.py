@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Hashable, Mapping
 
+from agentd.base.jsontypes import JsonObject
 from agentd.base.memo import same_objects
 from agentd.collection.history import History, share
 from agentd.config import AgentConfig
 from agentd.daemon.exposition import REGISTRY
+from agentd.daemon.keepers import Keeper, StillReading
 from agentd.daemon.logging import Log
 from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
@@ -75,8 +76,7 @@ class Publisher:
         # new baseline is adopted, so a hung read never ends in overwriting a good one.
         self.baseline_read_from: Path | None = None
         self._write_lane = Lane("writer")
-        self._baseline_lane = Lane("baseline")
-        self._baseline_read: tuple[Path, Future[Baseline | None]] | None = None
+        self.baseline_keeper: Keeper[Baseline | None] = Keeper("baseline")
         self._unfinished: dict[str, int] = {}  # file -> publishes whose write did not finish
         # lifecycle tracks of the findings added at build (file writes, the benchmark)
         self.extra_tracks = Tracks()
@@ -92,14 +92,10 @@ class Publisher:
         """Read the baseline at ``path`` in its lane (never on the event loop: a FIFO or a
         hung filesystem there must not stop /health or SIGTERM). On a timeout the baseline
         stays unknown; a later call picks up the read once it finished, without waiting."""
-        pending = self._baseline_read
-        if pending is not None and not pending[1].done():
-            return  # an earlier read still hangs
-        if pending is None or pending[0] != path:
-            fut, _ = self._baseline_lane.submit(load_baseline, path)
-            pending = self._baseline_read = (path, fut)
         try:
-            b = await await_future(pending[1], timeout_s)
+            b = await self.baseline_keeper.load(lambda: load_baseline(path), timeout_s, path)
+        except StillReading:
+            return  # an earlier read still hangs
         except TimeoutError:
             self.log.error("baseline.read_timeout", path=str(path), timeout_s=timeout_s, effect="no new baseline is adopted until it can be read")
             return
@@ -109,12 +105,31 @@ class Publisher:
         except Exception as e:
             b = None
             self.log.error("baseline.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="the next healthy collection replaces it")
-        finally:
-            if pending[1].done():
-                self._baseline_read = None
         if b is not None:
             self.log.info("baseline.loaded", path=str(path))
         self.baseline, self.baseline_read_from = b, path
+
+    # -- the findings' lifecycles, persisted beside the history (agentd.daemon.keepers) --
+    # by scope: the checks' findings (the evaluator's tracks), and those added at build
+    # (file writes, the benchmark)
+    def lifecycle_json(self) -> list[JsonObject]:
+        """Every episode's since, sticky window and pending count (agentd.judging.lifecycle),
+        as JSON objects."""
+        return [{**item, "scope": scope} for scope, tracks in (("checks", self.evaluator.tracks), ("outputs", self.extra_tracks))
+                for item in tracks.to_json()]
+
+    def restore_lifecycle(self, items: list[JsonObject]) -> None:
+        by_scope: dict[str, list[JsonObject]] = {"checks": [], "outputs": []}
+        for item in items:
+            scope = item.get("scope") if isinstance(item, dict) else None
+            if isinstance(scope, str) and scope in by_scope:
+                by_scope[scope].append(item)
+        self.evaluator.tracks = Tracks.from_json(by_scope["checks"])
+        self.extra_tracks = Tracks.from_json(by_scope["outputs"])
+
+    def lifecycle_mark(self) -> Hashable:
+        """What changes when an episode starts, counts or ends (not every sighting)."""
+        return tuple((k, t.since, t.raised) for tracks in (self.evaluator.tracks, self.extra_tracks) for k, t in tracks.by_key.items())
 
     async def judge(self, snapshot_job: Callable[[], NodeSnapshot], history: History, config: AgentConfig,
                     steady: Callable[[], NodeSnapshot | None] | None = None) -> tuple[NodeSnapshot, Evaluation]:

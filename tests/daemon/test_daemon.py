@@ -37,8 +37,16 @@ class FakeCollector:
         while self.block is not None and self.block.is_set():
             await asyncio.sleep(0.01)
 
+    kernel_source = None
+
     def snapshot(self):
         return fixtures.snapshot(time.time())
+
+    def snapshot_job(self):
+        return self.snapshot
+
+    def steady_snapshot(self):
+        return None
 
     def with_config(self, config):
         self.config = config

@@ -35,8 +35,16 @@ class FakeCollector:
     async def run(self, names: Any, *, quick: bool = False) -> None:
         return None
 
+    kernel_source = None
+
     def snapshot(self) -> Any:
         return fixtures.snapshot(time.time())
+
+    def snapshot_job(self) -> Any:
+        return self.snapshot
+
+    def steady_snapshot(self) -> Any:
+        return None
 
     def with_config(self, config: AgentConfig) -> FakeCollector:
         self.config = config
