@@ -218,9 +218,6 @@ class Paths(Section):
     nfd_features: Path | None = Field(None, description="node-feature-discovery features.d file to write (unset: not written).")
 
 
-NCCL_GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
-
-
 class NcclSettings(Section):
     enabled: bool = Field(True, description="Render and write the NCCL env file and topology XML.")
     write_conf: bool = Field(False, description="Also write nccl.conf, which NCCL reads by itself for every job on the node.")

@@ -14,9 +14,6 @@ simulator, read by the host readers::
     ROOT/.agentd/simulation.json      the simulator's profile and applied faults
     ROOT/dev/kmsg                     kernel log records (a file, /dev/kmsg's record format)
 
-Older simulator trees keep the same files under ``ROOT/.agentd-sim/`` (``profile.json``
-for ``simulation.json``, no manifest): still read, as simulated, for one release.
-
 This module is a leaf: names, the manifest's shape, and the two text formats that are
 written here (``ethtool -S``, ``mlnx_qos -i``). Parsing them is the readers' job.
 """
@@ -28,7 +25,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 DIR = ".agentd"
-LEGACY_DIR = ".agentd-sim"
 MANIFEST = f"{DIR}/manifest.json"
 NVML = "nvml.json"
 ETHTOOL = "ethtool"
@@ -36,7 +32,6 @@ DCB = "dcb"
 UNAME = "uname.json"
 BASELINE = "state/baseline.json"
 SIMULATION = "simulation.json"
-LEGACY_SIMULATION = "profile.json"
 KMSG = "dev/kmsg"
 
 FORMAT = "agentd-recording"
@@ -46,7 +41,6 @@ Kind = Literal["capture", "simulation"]
 KINDS: tuple[str, ...] = ("capture", "simulation")
 
 MANIFEST_MAX_BYTES = 4 * 1024 * 1024
-ANSWER_MAX_BYTES = 4 * 1024 * 1024
 
 
 class ManifestError(ValueError):

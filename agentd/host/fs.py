@@ -155,9 +155,8 @@ def _boot_id(root: Path) -> str | None:
 
 def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str | None]:
     """(answers dir, manifest, problem) of a root: ``.agentd/`` with a manifest this agentd
-    reads, else the older simulator layout ``.agentd-sim/``. A ``.agentd`` that is a
-    symlink is not followed here: the root is offline, and the readers, which confine
-    every path, report where it leads."""
+    reads. A ``.agentd`` that is a symlink is not followed here: the root is offline, and
+    the readers, which confine every path, report where it leads."""
     if os.path.islink(root / recorded.DIR):
         return recorded.DIR, None, f"{recorded.DIR} is a symlink: its manifest is not read"
     data = _read_under(root, recorded.MANIFEST, recorded.MANIFEST_MAX_BYTES)
@@ -166,8 +165,6 @@ def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str
             return recorded.DIR, recorded.parse_manifest(data), None
         except recorded.ManifestError as e:
             return None, None, f"{recorded.MANIFEST}: {e}; its recorded answers are not read"
-    if os.path.isdir(root / recorded.LEGACY_DIR) and not os.path.islink(root / recorded.LEGACY_DIR):
-        return recorded.LEGACY_DIR, None, None
     return None, None, None
 
 
@@ -191,8 +188,6 @@ def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | 
     if manifest is not None and manifest.get("kind") == "simulation":
         what = f" (profile {manifest['profile']})" if isinstance(manifest.get("profile"), str) else ""
         return "simulated", f"{answers}/manifest.json: a simulated node{what}", answers, manifest
-    if manifest is None and answers == recorded.LEGACY_DIR:
-        return "simulated", f"{answers}/: a simulated node (the older layout)", answers, None
     if manifest is None and answers is not None:
         return "offline", f"recorded answers without a manifest{note}", answers, None
     if manifest is not None:

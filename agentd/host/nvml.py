@@ -67,7 +67,7 @@ def normalize_bus_id(bus_id: str | bytes) -> str | None:
 
 
 class SimNvml(NvmlInfo):
-    """``.agentd-sim/nvml.json``: the NvmlInfo JSON plus two test knobs. Unknown keys are
+    """``.agentd/nvml.json``: the NvmlInfo JSON plus two test knobs. Unknown keys are
     rejected (``extra="forbid"``), at any depth."""
 
     available: bool = True  # the file's presence means NVML answers
