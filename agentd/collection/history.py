@@ -88,7 +88,7 @@ class History:
         snap = share(items[-1][0] if items else None, snap)
         sig = self.link_states(snap)
         if items and items[-1][1] is not sig and items[-1][1] == sig:
-            sig = items[-1][1]  # share the signature too (it is ~10 KB on an 8-GPU node)
+            sig = items[-1][1]  # share the signature too (a tuple per port, netdev and link)
         if (
             len(items) >= 2
             and isinstance(items[-1][0], NodeSnapshot)

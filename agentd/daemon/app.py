@@ -60,7 +60,7 @@ async def run_daemon(
 def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Path:
     import tempfile
 
-    from agentd import sim  # only `agentd run --simulate`: the simulator stays out of the daemon (~0.8 MiB)
+    from agentd import sim  # only `agentd run --simulate`: the simulator stays out of the daemon's RSS (docs/performance.md)
 
     out = sim_dir if sim_dir is not None else Path(tempfile.mkdtemp(prefix="agentd-sim-"))
     return Path(sim.build_tree(profile, out, faults=faults))

@@ -265,8 +265,8 @@ class Daemon:
 
     # -- heartbeat, watchdog, reload ---------------------------------------------------
     # How often the loop stamps its heartbeat when no watchdog asks for more: /livez calls
-    # the loop dead past 5 s. Each wake of an idle daemon costs ~0.2 ms of CPU (cold
-    # caches), so a beat every 0.5 s was a tenth of the idle daemon's CPU.
+    # the loop dead past 5 s. Every wake of an idle daemon costs CPU (cold caches), so it
+    # wakes as seldom as that allows (docs/performance.md, "Few wakes").
     HEARTBEAT_S = 2.0
 
     def _beat(self) -> None:

@@ -261,8 +261,8 @@ def web_options(config: AgentConfig) -> tuple[list[Any], Any]:
     """(middlewares, ssl context) from ``web.config_file`` (exporter-toolkit format)."""
     if config.web.config_file is None:
         return [], None
-    # Imported only when a web config is set: YAML and bcrypt cost ~1.3 MiB of RSS that a
-    # daemon without one never uses.
+    # Imported only when a web config is set: YAML and bcrypt cost RSS that a daemon
+    # without one never uses (docs/performance.md, "Memory").
     from agentd.daemon.auth import web_app_options
     from agentd.daemon.webconfig import load_web_config
 

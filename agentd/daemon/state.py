@@ -82,7 +82,11 @@ class State:
         return self.measured_status
 
     def cached(self, key: Any, build: Callable[[], _T]) -> _T:
-        """Derived data computed at most once per State (the loop thread is the only reader)."""
+        """Derived data computed once per State, by whichever thread asks first: the loop,
+        or the worker thread ``metrics_body`` renders in. A lookup and a store are each
+        atomic under the GIL; two threads that miss at once both build the same value (the
+        builders are pure functions of the State) and the later store wins. ``metrics_body``
+        makes a scrape start at most one render per key."""
         try:
             value: _T = self._cache[key]  # the key's builder fixed the type when it was stored
             return value

@@ -109,9 +109,9 @@ def _validation_detail(e: ValidationError) -> str:
 
 
 # The last recorded answer parsed: (host root, path, its text, its hang_s, the NvmlInfo).
-# A simulated or captured node answers the same text every medium cycle; parsing and
-# validating it twice over cost ~1 ms a cycle (NvmlInfo is the collector's to share: an
-# equal answer keeps the previous object anyway). One entry, replaced whole.
+# A simulated or captured node answers the same text every medium cycle: it is parsed and
+# validated once (docs/performance.md, "Few wakes"; NvmlInfo is the collector's to share:
+# an equal answer keeps the previous object anyway). One entry, replaced whole.
 _last_recorded: tuple[str, str, str, float, NvmlInfo] | None = None
 
 

@@ -9,8 +9,7 @@ one thread it runs on; every other lane goes on with other threads.
 Lanes share one process-wide pool of parked daemon worker threads. A worker that finishes
 a run parks and serves the next submit of *any* lane, so probes run in turn (a collection,
 ``run_sync``) are served by one thread, and the daemon's tiers stop starting threads every
-cycle (starting a thread per probe was ~2 ms of a ~25 ms collection, and ~7% of the idle
-daemon's CPU before lanes kept their threads). Each parked worker waits on its own
+cycle (what a thread per probe cost: docs/performance.md, "Reading files"). Each parked worker waits on its own
 condition, so a submit wakes exactly the one worker it hands its run to; with none parked
 it starts a new thread. A worker parked for ``Lane.IDLE_EXIT_S`` ends, so short-lived
 collectors (``agentd check``, tests) leave no threads behind; the most recently parked

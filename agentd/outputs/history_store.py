@@ -39,7 +39,7 @@ from agentd.judging.baseline import Baseline, NodeIdentity, foreign_reason
 HISTORY_FILE = "history.json"
 FORMAT = "agentd-history"
 VERSION = 1
-MAX_BYTES = 2 << 20  # ~130 KB on a steady simulated 8-GPU node; the cap keeps a busy one small
+MAX_BYTES = 2 << 20  # far above a steady node's file (docs/node-state.md); the cap keeps a busy one small
 KEEP_ASIDE = 3
 
 LoadStatus = Literal["absent", "loaded", "new_boot", "set_aside"]
