@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Literal
+
+from agentd.base.jsontypes import JsonObject, JsonValue
 
 DIR = ".agentd"
 MANIFEST = f"{DIR}/manifest.json"
@@ -47,15 +49,15 @@ class ManifestError(ValueError):
     pass
 
 
-def manifest(kind: Kind, *, agentd_version: str, created: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def manifest(kind: Kind, *, agentd_version: str, created: str, extra: Mapping[str, JsonValue] | None = None) -> JsonObject:
     """A manifest object (``json.dumps`` it into ``MANIFEST``)."""
-    out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "kind": kind, "agentd_version": agentd_version, "created": created}
+    out: JsonObject = {"format": FORMAT, "version": VERSION, "kind": kind, "agentd_version": agentd_version, "created": created}
     if extra:
         out.update({k: v for k, v in extra.items() if k not in out})
     return out
 
 
-def parse_manifest(data: bytes) -> dict[str, Any]:
+def parse_manifest(data: bytes) -> JsonObject:
     """The manifest object, checked for what every reader relies on: the format name, a
     version this agentd reads (``VERSION`` or older) and a known kind."""
     try:

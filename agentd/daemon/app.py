@@ -16,10 +16,12 @@ The service itself (schedules, publishing, reload, watchdog) is
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.openssl_gate import without_tls
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.host.fs import HostRoot
@@ -38,7 +40,7 @@ async def run_daemon(
     config_path: Path | None,
     host: HostRoot,
     ready_message: bool = True,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, JsonValue] | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT. ``ready_message`` prints where to curl on stdout once
     listening; ``overrides`` (CLI flags) are applied again on every SIGHUP reload."""
@@ -66,7 +68,7 @@ def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Pa
     return Path(sim.build_tree(profile, out, faults=faults))
 
 
-def _not_the_node(config: AgentConfig, host: HostRoot, overrides: dict[str, Any], config_path: Path | None) -> AgentConfig:
+def _not_the_node(config: AgentConfig, host: HostRoot, overrides: JsonObject, config_path: Path | None) -> AgentConfig:
     """A root that is not the node keeps its state beside it, whatever the config says
     (DESIGN.md 3, docs/node-state.md): every ``paths.*`` moves into ``<root>-out/``. The
     move is a command-line override, so a reload (SIGHUP) keeps it."""
@@ -75,8 +77,8 @@ def _not_the_node(config: AgentConfig, host: HostRoot, overrides: dict[str, Any]
     return load_config(config_path, overrides=overrides)
 
 
-def main_run(args: Any) -> int:
-    overrides: dict[str, Any] = {}
+def main_run(args: argparse.Namespace) -> int:
+    overrides: JsonObject = {}
     if getattr(args, "listen", None):
         overrides["listen"] = args.listen
     if getattr(args, "host_root", None) is not None:

@@ -16,20 +16,21 @@ import asyncio
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
+from agentd.base.jsontypes import JsonValue
 from agentd.base.memo import LazyMapping
 from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.connections import ServerLimits
-from agentd.daemon.events import Coalescer, UdevWatcher
+from agentd.daemon.events import Coalescer, UdevMonitor, UdevWatcher
 from agentd.daemon.health import status_line
 from agentd.daemon.http import HttpServer, build_app, web_options
 from agentd.daemon.keepers import CursorKeeper, HistoryKeeper, MaintenanceFollower
 from agentd.daemon.logging import Log, configure_logging, get_logger, log_state_changes
-from agentd.daemon.netlink import LinkWatcher
+from agentd.daemon.netlink import LinkWatcher, NetlinkSocket
 from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
@@ -42,7 +43,13 @@ from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
 
 TIERS = ("fast", "medium", "slow")
-_UNSET: Any = object()
+
+
+class _FromEnv:
+    """The watchdog's default: systemd's, from the environment (``Watchdog.from_env``)."""
+
+
+FROM_ENV = _FromEnv()
 
 
 class CollectorLike(Protocol):
@@ -78,15 +85,15 @@ class Daemon:
         *,
         host: HostRoot,
         config_path: Path | None = None,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, JsonValue] | None = None,
         collector: CollectorLike | None = None,
         probe_tiers: Mapping[str, str] | None = None,
         evaluate: EvaluateFn = evaluate,
         writer: Writer | None = None,
         notifier: Notifier | None = None,
-        watchdog: Watchdog | None = _UNSET,
-        udev_opener: Callable[[], Any] | None = None,
-        link_opener: Callable[[], Any] | None = None,
+        watchdog: Watchdog | None | _FromEnv = FROM_ENV,
+        udev_opener: Callable[[], UdevMonitor] | None = None,
+        link_opener: Callable[[], NetlinkSocket] | None = None,
         log: Log | None = None,
         persist_history: bool = False,
     ):
@@ -103,7 +110,7 @@ class Daemon:
         self.log = log or get_logger()
         self.publisher = Publisher(evaluate=evaluate, writer=writer, log=self.log)
         self.notifier = notifier or Notifier()
-        self.watchdog = Watchdog.from_env() if watchdog is _UNSET else watchdog
+        self.watchdog = Watchdog.from_env() if isinstance(watchdog, _FromEnv) else watchdog
         self.udev = UdevWatcher(debounce_s=config.intervals.event_debounce_s, trigger=self.trigger_full, log=self.log,
                                 **({"opener": udev_opener} if udev_opener else {}))
         self.links = LinkWatcher(trigger=lambda: self.trigger_tier("fast"), snapshot=lambda: self._state.snapshot, log=self.log,
@@ -127,7 +134,7 @@ class Daemon:
         self._wake: dict[str, asyncio.Event] = {}
         self._naps: dict[str, asyncio.Future[None]] = {}  # a tier loop's sleep, cut short by a reload
         self._event_task: asyncio.Task[None] | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Task[object]] = []
         self.addresses: list[tuple[str, int]] = []
         self.server: HttpServer | None = None
         self.maintenance = MaintenanceFollower(self.log)
@@ -357,7 +364,7 @@ class Daemon:
         self._tasks.append(task)  # keep a reference until it is done (and cancel it on stop)
         task.add_done_callback(self._forget_task)
 
-    def _forget_task(self, task: asyncio.Task[Any]) -> None:
+    def _forget_task(self, task: asyncio.Task[object]) -> None:
         if task in self._tasks:
             self._tasks.remove(task)
 

@@ -14,7 +14,7 @@ import asyncio
 import gzip
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, TypeVar
+from typing import Any, Callable, Hashable, Literal, Mapping, TypeVar
 
 from agentd.base.escape import model_json
 from agentd.config import AgentConfig
@@ -22,6 +22,8 @@ from agentd.judging.expected import Expected
 from agentd.judging.placement import Placement, placement
 from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot, NodeStatus, overall_status
+from agentd.ncclbench.job import BenchOutcome
+from agentd.outputs.maintenance import Maintenance
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
 HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance"]
@@ -54,15 +56,17 @@ class State:
     link_events: Mapping[str, int] = field(default_factory=dict)  # rtnetlink notifications by outcome (agentd.daemon.netlink)
     link_active: bool = False
     process: Mapping[str, float] = field(default_factory=dict)  # self stats sampled at build time
-    bench: Any = None  # agentd.ncclbench.job.BenchOutcome of the last scheduled NCCL benchmark
-    # agentd.outputs.maintenance.Maintenance while the node is in maintenance; after it
-    # ended, the unix time it did until a full collection that started later is published
-    maintenance: Any = None
+    bench: BenchOutcome | None = None  # the last scheduled NCCL benchmark's
+    # While the node is in maintenance; after it ended, the unix time it did until a full
+    # collection that started later is published
+    maintenance: Maintenance | None = None
     maintenance_ended_at: float | None = None
     # The exposition of this State (the daemon passes agentd.daemon.exposition.REGISTRY.render):
     # injected, so the State holds finished bytes and never imports the metrics layer.
     render_metrics: Callable[["State"], bytes] | None = field(default=None, repr=False, compare=False)
-    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Derived data by key (``cached``): each key's builder fixes its value's type, so the map holds
+    # values of many types, read back as the type the caller asks for.
+    _cache: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # Any: one type per key (above)
 
     @property
     def in_maintenance(self) -> bool:
@@ -81,7 +85,7 @@ class State:
             return "maintenance"
         return self.measured_status
 
-    def cached(self, key: Any, build: Callable[[], _T]) -> _T:
+    def cached(self, key: Hashable, build: Callable[[], _T]) -> _T:
         """Derived data computed once per State, by whichever thread asks first: the loop,
         or the worker thread ``metrics_body`` renders in. A lookup and a store are each
         atomic under the GIL; two threads that miss at once both build the same value (the

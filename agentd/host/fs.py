@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol, cast
 
 from agentd.base import recorded
 from agentd.base.atomic import read_fd
+from agentd.base.jsontypes import JsonValue
 from agentd.model import ReadError, ReadErrorKind
 
 MAX_ATTR_BYTES = 64 * 1024  # sysfs attributes are at most a page; procfs files we read are small
@@ -77,7 +78,7 @@ class HostRoot:
     mode: HostMode | None = None  # None: detect (``detect_mode``)
     mode_reason: str = ""
     answers: str | None = None
-    manifest: Mapping[str, Any] | None = field(default=None, compare=False)
+    manifest: Mapping[str, JsonValue] | None = field(default=None, compare=False)
     # Told of every path read, listed, tested or followed (``agentd capture``); None: off.
     recorder: ReadRecorder | None = field(default=None, compare=False, repr=False)
 
@@ -153,7 +154,7 @@ def _boot_id(root: Path) -> str | None:
     return text or None
 
 
-def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str | None]:
+def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, JsonValue] | None, str | None]:
     """(answers dir, manifest, problem) of a root: ``.agentd/`` with a manifest this agentd
     reads. A ``.agentd`` that is a symlink is not followed here: the root is offline, and
     the readers, which confine every path, report where it leads."""
@@ -168,7 +169,7 @@ def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str
     return None, None, None
 
 
-def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, Any] | None]:
+def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, JsonValue] | None]:
     """(mode, why, answers dir, manifest) for a resolved root. Unreadable or odd files
     never raise (they make the root offline, and the reason says why); only an unknown
     ``wanted`` is a ValueError (config validation stops it before).

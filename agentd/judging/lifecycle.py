@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from agentd.base.jsontypes import JsonObject
 from agentd.config import FindingPolicy, LifecycleSettings
 from agentd.judging.findings import restored
 from agentd.model import Finding, Withheld, sort_findings
@@ -64,7 +65,7 @@ class Tracks:
     def __len__(self) -> int:
         return len(self.by_key)
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[JsonObject]:
         return [
             {"since": t.since, "last_seen": t.last_seen, "seen": t.seen, "raised": t.raised,
              "finding": {**t.finding.model_dump(mode="json", exclude_none=True, exclude={"since", "raises_at", "clears_at", "withheld"}),

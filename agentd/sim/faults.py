@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentd.base.jsontypes import JsonObject
 from agentd.sim.fault_kinds import KINDS, Kind
 from agentd.sim.pci import pci_layout
 from agentd.sim.pristine import MARKER, get_profile, pristine_root
@@ -106,19 +107,19 @@ def parse_fault(spec: str | Fault) -> Fault:
 # the root
 
 
-def _load_marker(root: Path) -> dict[str, Any]:
+def _load_marker(root: Path) -> JsonObject:
     p = root / MARKER
     if not p.is_file():
         raise ValueError(f"{root} is not a simulator root (no {MARKER})")
-    marker: dict[str, Any] = json.loads(p.read_text())
+    marker: JsonObject = json.loads(p.read_text())
     return marker
 
 
-def _save_marker(root: Path, data: dict[str, Any]) -> None:
+def _save_marker(root: Path, data: JsonObject) -> None:
     (root / MARKER).write_text(json.dumps(data, indent=2) + "\n")
 
 
-def _ctx(root: str | Path) -> tuple[Ctx, dict[str, Any]]:
+def _ctx(root: str | Path) -> tuple[Ctx, JsonObject]:
     r = Path(root).absolute()
     marker = _load_marker(r)
     profile = get_profile(marker["profile"])
@@ -166,7 +167,7 @@ def apply_fault(root: str | Path, spec: str | Fault) -> Fault:
     return Fault(fault.kind, None if kind.target == "none" else target.name, shown)
 
 
-def _matches(entry: dict[str, Any], fault: Fault, target: Target) -> bool:
+def _matches(entry: JsonObject, fault: Fault, target: Target) -> bool:
     if entry["kind"] != fault.kind or entry["target"] != target.name:
         return False
     kind = KINDS[fault.kind]
