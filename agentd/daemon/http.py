@@ -143,7 +143,7 @@ class _LimitedSite(web.TCPSite):
     """TCPSite whose protocol factory goes through a ConnectionLimiter; with ``socks`` it
     serves already-listening sockets (a reload) instead of binding."""
 
-    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), handshake_timeout_s: float = 10.0,
+    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), handshake_timeout_s: float = 10.0,  # Any: TCPSite's
                  **kwargs: Any):  # Any: TCPSite's own arguments, passed through as given
         super().__init__(*args, **kwargs)
         self.limiter, self.socks, self.handshake_timeout_s = limiter, list(socks), handshake_timeout_s

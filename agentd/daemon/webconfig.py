@@ -82,7 +82,7 @@ class _Model(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _blank_is_unset(cls, v: Any) -> Any:
+    def _blank_is_unset(cls, v: Any) -> Any:  # Any: the raw YAML value, before validation
         return None if v == "" else v  # Go treats an empty string as "not set"
 
 
@@ -150,7 +150,7 @@ class RateLimit(_Model):
 
     @field_validator("interval", mode="before")
     @classmethod
-    def _duration(cls, v: Any) -> Any:
+    def _duration(cls, v: Any) -> Any:  # Any: the raw YAML value, before validation
         if isinstance(v, str):
             return parse_go_duration(v)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0:
@@ -190,13 +190,13 @@ def parse_go_duration(text: str) -> float:
 class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs, so SafeLoader is Any here
     """SafeLoader without aliases (no entity-expansion bombs) and with duplicate-key errors."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: Any, index: Any) -> Any:  # Any: PyYAML's nodes (no type stubs)
         if self.check_event(yaml.AliasEvent):
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not supported", self.peek_event().start_mark)
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[Any] = set()
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # Any: PyYAML's nodes (no type stubs)
+        seen: set[Any] = set()  # Any: YAML keys (any hashable scalar)
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             try:

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Literal, Protocol, cast
 
 from agentd.base import recorded
 from agentd.base.atomic import read_fd
@@ -804,7 +804,7 @@ def replay(host: HostRoot, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
         ctx.close()
 
 
-def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[str, Callable[[str], Any]]) -> tuple[bool, int]:
+def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[str, Callable[[str], Hashable | list[str]]]) -> tuple[bool, int]:
     """``replay``'s loop: reads here, every other access through ``access`` (by op)."""
     confined = ctx._confined
     files, last_dir, dir_fd, real = 0, "", -1, ""
@@ -830,7 +830,7 @@ def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[s
                 if fn is None:
                     return False, files
                 got = fn(p)
-                out = tuple(got) if op == "listdir" else got
+                out = tuple(got) if isinstance(got, list) else got  # a listing, as the journal holds it
         except ReadFailure as e:
             out, last_dir = Escaped(e.detail), ""
         except OSError as e:

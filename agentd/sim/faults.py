@@ -34,13 +34,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agentd.base.jsontypes import JsonObject
 from agentd.sim.fault_kinds import KINDS, Kind
 from agentd.sim.pci import pci_layout
 from agentd.sim.pristine import MARKER, get_profile, pristine_root
-from agentd.sim.targets import Ctx, NvmlField, Target, resolve_target
+from agentd.sim.targets import Ctx, FaultValue, NvmlField, Target, resolve_target
 from agentd.sim.tree import restore_path
 
 __all__ = ["Fault", "parse_fault", "apply_fault", "clear_fault", "applied_faults", "advancing_paths", "touched_paths", "FAULT_KINDS"]
@@ -138,7 +137,7 @@ def _resolve(ctx: Ctx, fault: Fault) -> Target:
         raise ValueError(f"fault {fault.spec!r} on profile {ctx.profile.name}: {e}") from None
 
 
-def _value(ctx: Ctx, fault: Fault, target: Target) -> Any:
+def _value(ctx: Ctx, fault: Fault, target: Target) -> FaultValue:
     kind = KINDS[fault.kind]
     value = kind.value(fault.value) if kind.value and fault.value is not None else None
     if value is None and kind.default is not None:
@@ -146,7 +145,7 @@ def _value(ctx: Ctx, fault: Fault, target: Target) -> Any:
     return value
 
 
-def _recorded(kind: Kind, text: str | None) -> Any:
+def _recorded(kind: Kind, text: str | None) -> FaultValue:
     return kind.value(text) if kind.value and text is not None else None
 
 

@@ -24,6 +24,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.sim.net import format_ethtool, netdev_dir, parse_ethtool
@@ -46,6 +47,9 @@ class NvmlField:
 
 # What clearing a fault copies back from the pristine tree: a path under the root, or a field of nvml.json.
 Restorable = str | NvmlField
+# A fault's VALUE as its kind parsed it (fault_kinds.Kind.value: an int, a float, a string,
+# None), each kind's effects reading their own: a table of kinds cannot say which per entry.
+FaultValue = Any  # Any: one type per fault kind (above)
 
 
 @dataclass(frozen=True)
