@@ -69,11 +69,13 @@ class BasicAuth:
     def _check(self, password: bytes, stored: bytes | None) -> bool:
         """Runs in the single worker thread. Unknown users are checked against a dummy hash
         of the same cost, so the answer takes as long as for a known user."""
-        if stored is None and self._dummy is None:
-            self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(self._cost))
+        if stored is None:
+            if self._dummy is None:
+                self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(self._cost))
+            stored = self._dummy
         self.bcrypt_calls += 1
         try:
-            return bcrypt.checkpw(password, stored or self._dummy)  # type: ignore[arg-type]
+            return bcrypt.checkpw(password, stored)
         except ValueError:  # > 72 bytes: refused, as Go's bcrypt does
             return False
 

@@ -312,6 +312,15 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
 # TLS
 
 
+def _pem(inline: str | None, key: str, path: Path | None, origin: str) -> str:
+    """The PEM text given inline, else read from ``path`` (the model requires one of them)."""
+    if inline is not None:
+        return inline
+    if path is None:
+        raise WebConfigError(f"invalid web config ({origin}): tls_server_config.{key}: not set")
+    return _read_pem(key, path, origin)
+
+
 def _read_pem(key: str, path: Path, origin: str) -> str:
     try:
         with open(path, "rb") as f:
@@ -329,8 +338,8 @@ def ssl_context(cfg: WebConfig, *, origin: str = "web config") -> ssl.SSLContext
     def fail(key: str, why: str) -> WebConfigError:
         return WebConfigError(f"invalid web config ({origin}): tls_server_config.{key}: {why}")
 
-    cert = t.cert if t.cert is not None else _read_pem("cert_file", t.cert_file, origin)  # type: ignore[arg-type]
-    key = t.key if t.key is not None else _read_pem("key_file", t.key_file, origin)  # type: ignore[arg-type]
+    cert = _pem(t.cert, "cert_file", t.cert_file, origin)
+    key = _pem(t.key, "key_file", t.key_file, origin)
     cert_key, key_key = ("cert" if t.cert is not None else "cert_file"), ("key" if t.key is not None else "key_file")
     if "-----BEGIN CERTIFICATE-----" not in cert:
         raise fail(cert_key, "no PEM certificate (-----BEGIN CERTIFICATE-----)")
@@ -375,7 +384,7 @@ def ssl_context(cfg: WebConfig, *, origin: str = "web config") -> ssl.SSLContext
             raise fail(key_key, f"does not match {cert_key}, or one of them is malformed ({e.reason or e})") from None
     if t.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"):
         ca_key = "client_ca" if t.client_ca is not None else "client_ca_file"
-        ca = t.client_ca if t.client_ca is not None else _read_pem("client_ca_file", t.client_ca_file, origin)  # type: ignore[arg-type]
+        ca = _pem(t.client_ca, "client_ca_file", t.client_ca_file, origin)
         try:
             ctx.load_verify_locations(cadata=ca)
         except (ssl.SSLError, ValueError) as e:

@@ -59,8 +59,8 @@ MAX_READINGS = 60
 
 def cap(severity: Severity, limit: Severity) -> Severity:
     """The milder of two severities (non-compute devices are capped at warning)."""
-    order = ("ok", "warning", "critical")
-    return order[min(order.index(severity), order.index(limit))]  # type: ignore[return-value]
+    order: tuple[Severity, ...] = ("ok", "warning", "critical")
+    return order[min(order.index(severity), order.index(limit))]
 
 
 def fmt(value: float) -> str:
