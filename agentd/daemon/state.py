@@ -20,7 +20,7 @@ from agentd.base.escape import model_json
 from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
 from agentd.judging.placement import Placement, placement
-from agentd.judging.roles import HcaRoles
+from agentd.judging.roles import HcaRoles, RolesSource
 from agentd.model import Finding, NodeSnapshot, NodeStatus, overall_status
 from agentd.ncclbench.job import BenchOutcome
 from agentd.outputs.maintenance import Maintenance
@@ -43,7 +43,7 @@ class State:
     findings: tuple[Finding, ...] = ()  # sorted; includes agentd.data.stale at build time
     stale_limits: Mapping[str, float] = field(default_factory=dict)  # probe -> seconds
     compute_hcas: tuple[str, ...] = ()
-    hca_roles_source: str = ""
+    hca_roles_source: RolesSource = ""
     expected: Expected = field(default_factory=Expected)
     files: tuple[FileStatus, ...] = ()
     nccl_env: tuple[tuple[str, str], ...] = ()  # variables the env file sets, in order

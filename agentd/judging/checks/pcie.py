@@ -98,9 +98,7 @@ def _judge(link: _Link) -> Finding | None:
     ratio = 1.0
     if exp_w and cur_w is not None and cur_w <= exp_w:
         ratio *= cur_w / exp_w
-    speed_low = False
-    if link.judge_speed and exp_s and cur_s is not None and cur_s < exp_s - 1e-6:
-        speed_low = True
+    if link.judge_speed and exp_s and cur_s is not None and cur_s < exp_s - 1e-6:  # the speed is low
         ratio *= cur_s / exp_s
     if ratio >= 1.0:
         return None
