@@ -20,10 +20,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentd.base.atomic import NotRegularFile, read_regular
 from agentd.base.ncclvars import validate_var
 
 DEFAULT_CONFIG_PATH = Path("/etc/agentd/agentd.toml")
 ENV_PREFIX = "AGENTD_"
+# A config file is a few KiB; more is not a config file (a symlink to /dev/zero or a log).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(Exception):
@@ -433,11 +436,18 @@ def load_config(
     data: dict[str, Any] = {}
     origin = str(cfg_path)
     try:
-        text = cfg_path.read_text(encoding="utf-8")
+        # O_NONBLOCK, fstat, then a capped read: a FIFO or a device (/dev/zero) at the path
+        # is refused at once instead of a read that waits or never ends
+        raw = read_regular(cfg_path, MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {cfg_path} is larger than {MAX_CONFIG_BYTES} bytes")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"config file {cfg_path} does not exist") from None
         origin = "defaults"
+    except NotRegularFile as e:
+        raise ConfigError(f"config file {e}") from None
     except OSError as e:
         raise ConfigError(f"config file {cfg_path} cannot be read: {e.strerror or e}") from None
     except UnicodeDecodeError:
