@@ -32,11 +32,12 @@ from typing import Any, Literal, Sequence
 
 from agentd.base.atomic import WriteResult, atomic_write, read_fd
 from agentd.collection.history import drop_oldest
+from agentd.config import STATE_DIR_FILES
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.system import read_identity
 from agentd.judging.baseline import Baseline, NodeIdentity, foreign_reason
 
-HISTORY_FILE = "history.json"
+HISTORY_FILE = STATE_DIR_FILES["history"]
 FORMAT = "agentd-history"
 VERSION = 1
 MAX_BYTES = 2 << 20  # ~130 KB on a steady simulated 8-GPU node; the cap keeps a busy one small
