@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from agentd import cli
 from agentd.config import STATE_DIR_FILES, AgentConfig, ConfigError, Paths, load_config
 from agentd.outputs.node_state import moved_paths
+from tests.support.quiet_collector import QuietCollector
 
 
 def toml_file(tmp_path: Path, text: str) -> Path:
@@ -61,23 +61,6 @@ def test_check_exits_3_naming_the_bad_nccl_value(tmp_path: Path, capsys: pytest.
     cfg = toml_file(tmp_path, paths_toml(tmp_path) + '[nccl]\nsocket_ifname = "eth0:1"\n')
     assert cli.main(["check", "--config", str(cfg), "--host-root", str(root)]) == 3
     assert "nccl.socket_ifname: " in capsys.readouterr().err
-
-
-class QuietCollector:
-    def __init__(self, config: AgentConfig) -> None:
-        self.config = config
-
-    async def run(self, names, *, quick=False):
-        return None
-
-    def snapshot(self):
-        from tests.support import service_snapshots
-
-        return service_snapshots.snapshot(time.time())
-
-    def with_config(self, config: AgentConfig) -> QuietCollector:
-        self.config = config
-        return self
 
 
 async def test_a_reload_with_a_bad_nccl_value_keeps_the_running_config(tmp_path: Path) -> None:

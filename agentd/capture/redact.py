@@ -243,7 +243,7 @@ class Redactor:
     def summary(self) -> dict[str, int]:
         """For the manifest: distinct values replaced per kind (``mac``, ``guid`` (GUIDs
         and GID interface ids, MAC-derived ones too), ``ipv4``, ``ipv6_prefix``, ``uuid``
-        (machine-ids too), ``hostname``, ``serial``), and counts of ``pci_dsn`` (Device
+        (machine-ids too), ``hostname``, ``other_host``, ``email``, ``serial``), and counts of ``pci_dsn`` (Device
         Serial Number capabilities rewritten) and ``binary_untouched`` (binary files left
         as they were). Kinds with nothing to count are absent."""
         out = {kind: len(m) for kind, m in sorted(self._maps.items())}

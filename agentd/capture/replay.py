@@ -24,6 +24,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from agentd.base.atomic import claim_abandoned
+
 MAX_MEMBERS = 500_000
 MAX_TOTAL_BYTES = 2 << 30  # unpacked; a large node's capture is a few MiB
 MAX_DEPTH = 64  # directories in a member's path; sysfs's deepest device paths have about 20
@@ -107,20 +109,12 @@ def sweep_unpacked(tmpdir: str | None = None) -> int:
         return 0
     for name in names:
         d = Path(tmpdir or tempfile.gettempdir(), name)
+        claimed = claim_abandoned(d, lambda st: stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid())
+        if claimed is None:
+            continue  # not a directory of this user's, or its process lives
         try:
-            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # its process lives
             shutil.rmtree(d, ignore_errors=True)
             removed += 1
         finally:
-            os.close(fd)
+            os.close(claimed[0])
     return removed

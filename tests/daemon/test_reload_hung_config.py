@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -17,24 +16,9 @@ from agentd.config import AgentConfig
 from agentd.daemon.daemon import Daemon
 from agentd.daemon.systemd import Notifier
 from agentd.host.fs import HostRoot
-from tests.support import service_snapshots
+from tests.support.quiet_collector import QuietCollector
 
 BOUND_S = 30.0  # a guard against the hang under test, not a timing: the reload gives up after 0.2 s
-
-
-class QuietCollector:
-    def __init__(self, config: AgentConfig) -> None:
-        self.config = config
-
-    async def run(self, names, *, quick=False):
-        return None
-
-    def snapshot(self):
-        return service_snapshots.snapshot(time.time())
-
-    def with_config(self, config: AgentConfig) -> QuietCollector:
-        self.config = config
-        return self
 
 
 async def published(d: Daemon, error: str) -> None:
