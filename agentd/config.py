@@ -223,6 +223,11 @@ STATE_DIR_FILES: dict[str, str] = {
 
 
 class Paths(Section):
+    """Where agentd writes. Each file needs a path of its own, compared after resolving
+    symlinks, `..` and relative paths: two settings naming one file, a setting on one of
+    the files agentd keeps in state_dir (its history, kernel cursor, maintenance and
+    benchmark files), or a file where another path needs a directory are refused."""
+
     nccl_env: Path = Field(Path("/etc/nccl.env"), description="Sourceable NCCL env file (bash/sh).")
     nccl_conf: Path = Field(Path("/etc/nccl.conf"), description="NCCL's own KEY=VALUE file; written only when nccl.write_conf is true.")
     nccl_topo: Path = Field(Path("/etc/nccl/topo.xml"), description="NCCL topology XML.")
