@@ -1,6 +1,6 @@
 """Opening a capture file as a host root: ``--host-root node.tar.gz`` on any command.
 
-The file is unpacked into a new private temporary directory (``agentd-capture-*`` in the
+The file is unpacked into a new private temporary directory (``agentd-replay-*`` in the
 temp dir), removed when the process exits: normally, on an exception, on SIGTERM, SIGHUP or
 SIGINT (agentd.cli turns them into an exit), and before the ``--npd`` deadline's
 ``os._exit`` (``remove_unpacked``). The process holds an ``flock`` on its directory while it
@@ -29,8 +29,8 @@ from agentd.base.atomic import claim_abandoned
 MAX_MEMBERS = 500_000
 MAX_TOTAL_BYTES = 2 << 30  # unpacked; a large node's capture is a few MiB
 MAX_DEPTH = 64  # directories in a member's path; sysfs's deepest device paths have about 20
-PREFIX = "agentd-capture-"
-_NEW_PREFIX = ".agentd-capture-new-"  # not yet locked: never swept
+PREFIX = "agentd-replay-"  # not the unlocked "agentd-capture-" dirs of agentd before the lock: never swept
+_NEW_PREFIX = ".agentd-replay-new-"  # not yet locked: never swept
 
 _unpacked: dict[Path, int] = {}  # this process's unpacked captures -> the fd holding the flock
 

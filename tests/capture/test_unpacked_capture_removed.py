@@ -39,7 +39,7 @@ def tiny_capture(path: Path, *, deep: int = 0) -> Path:
 
 
 def unpacked(tmpdir: Path) -> list[str]:
-    return sorted(n for n in os.listdir(tmpdir) if "agentd-capture-" in n)
+    return sorted(n for n in os.listdir(tmpdir) if replay.PREFIX in n)
 
 
 def child(tmpdir: Path, argv: list[str]) -> subprocess.Popen[str]:
@@ -101,8 +101,10 @@ def test_a_capture_left_by_a_killed_process_is_removed_by_the_next_one_and_a_liv
         p.kill()
         p.wait()
     (left,) = unpacked(tmpdir)
-    live = tmpdir / "agentd-capture-l1v3"  # another agentd on the node reading its capture now
+    live = tmpdir / "agentd-replay-l1v3"  # another agentd on the node reading its capture now
     live.mkdir()
+    older = tmpdir / "agentd-capture-0ld1"  # an agentd from before the lock: in use or not, nobody can tell
+    older.mkdir()
     fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
@@ -110,7 +112,8 @@ def test_a_capture_left_by_a_killed_process_is_removed_by_the_next_one_and_a_liv
         try:
             assert q.stdout is not None and q.stdout.readline() == "collecting\n"
             now = unpacked(tmpdir)
-            assert left not in now and "agentd-capture-l1v3" in now and len(now) == 2  # q's own and the live one
+            assert left not in now and "agentd-replay-l1v3" in now and len(now) == 2  # q's own and the live one
+            assert older.is_dir()
         finally:
             q.kill()
             q.wait()
