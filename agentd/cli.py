@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ STATUS_EXIT = {"ok": EXIT_OK, "degraded": EXIT_DEGRADED, "critical": EXIT_CRITIC
 # loads no model) and the default deadline, below NPD's default plugin timeout of 5 s
 NPD_CONCERNS = ("fabric", "nvlink", "gdr", "pcie", "net")
 NPD_TIMEOUT_S = 4.0
+NPD_TIMEOUT_MAX_S = 3600.0  # NPD runs a plugin every few seconds to minutes; an hour is already past any rule's timeout
 
 
 class UsageError(Exception):
@@ -314,13 +316,18 @@ def _check_npd(args: argparse.Namespace) -> int:
     from agentd.npd import NPD_UNKNOWN, NpdAnswer, answer, unknown
 
     started = time.monotonic() - _process_age_s()
-    if not args.npd_timeout > 0:
-        raise UsageError(f"--npd-timeout must be above 0 s, not {args.npd_timeout:g}")
 
     def say(a: NpdAnswer) -> int:
         sys.stdout.write(a.message + "\n")
         sys.stdout.flush()
         return a.exit_code
+
+    if not (math.isfinite(args.npd_timeout) and 0 < args.npd_timeout <= NPD_TIMEOUT_MAX_S):
+        # a usage error (exit 3, which NPD reads as unknown), with its one line for NPD to show
+        why = f"--npd-timeout must be a number of seconds above 0 and at most {NPD_TIMEOUT_MAX_S:g}, not {args.npd_timeout:g}"
+        print(f"agentd: {why}", file=sys.stderr)
+        say(unknown(why))
+        return EXIT_INTERNAL
 
     try:
         config = _config(args)
@@ -359,6 +366,7 @@ def _check_npd(args: argparse.Namespace) -> int:
     if worker.is_alive() or not result:
         say(unknown(f"timed out: {args.npd} not judged within {args.npd_timeout:g} s (--npd-timeout)"))
         sys.stderr.flush()
+        _remove_unpacked_captures()  # the answer is out; os._exit runs no atexit
         os._exit(NPD_UNKNOWN)  # the worker may sit in a hung driver call: do not wait for it
     return say(result[0])
 
@@ -571,16 +579,35 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _open_capture(args: argparse.Namespace) -> None:
-    """``--host-root FILE``: the capture's unpacked tree stands in for the root."""
+    """``--host-root FILE``: the capture's unpacked tree stands in for the root. SIGTERM and
+    SIGHUP then end the command as an exit (whose atexit removes the unpacked tree, up to
+    2 GiB) rather than by the signal's default action, which runs nothing (``agentd run``
+    installs its own handlers once it serves)."""
     root = getattr(args, "host_root", None)
     if root is not None and root.is_file():
+        import signal
+
         from agentd.capture.replay import CaptureError, open_capture
 
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _exit_on_signal)
         try:
             args.host_root = open_capture(root)
         except CaptureError as e:
             raise UsageError(str(e)) from None
+
+
+def _remove_unpacked_captures() -> None:
+    """Before an ``os._exit`` (which runs no atexit): remove the captures this process
+    unpacked, if it unpacked any."""
+    replay = sys.modules.get("agentd.capture.replay")
+    if replay is not None:
+        replay.remove_unpacked()
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -18,13 +18,16 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from agentd.base.atomic import NotRegularFile, read_regular
 from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.ncclvars import validate_var
 
 DEFAULT_CONFIG_PATH = Path("/etc/agentd/agentd.toml")
 ENV_PREFIX = "AGENTD_"
+# A config file is a few KiB; more is not a config file (a symlink to /dev/zero or a log).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(Exception):
@@ -210,13 +213,82 @@ class RoceSettings(Section):
     require_ecn: bool = Field(True, description="Judge ECN (np and rp) for the RoCE priority.")
 
 
+# The files agentd keeps in paths.state_dir, by what they hold (their modules name them from
+# here: agentd.outputs.history_store, kernel_cursor, maintenance; agentd.ncclbench.run_history).
+STATE_DIR_FILES: dict[str, str] = {
+    "history": "history.json",
+    "kernel_cursor": "kernel-cursor.json",
+    "maintenance": "maintenance.json",
+    "bench": "bench-nccl.json",
+}
+
+
 class Paths(Section):
+    """Where agentd writes. Each file needs a path of its own, compared after resolving
+    symlinks, `..` and relative paths: two settings naming one file, a setting on one of
+    the files agentd keeps in state_dir (its history, kernel cursor, maintenance and
+    benchmark files), or a file where another path needs a directory are refused."""
+
     nccl_env: Path = Field(Path("/etc/nccl.env"), description="Sourceable NCCL env file (bash/sh).")
     nccl_conf: Path = Field(Path("/etc/nccl.conf"), description="NCCL's own KEY=VALUE file; written only when nccl.write_conf is true.")
     nccl_topo: Path = Field(Path("/etc/nccl/topo.xml"), description="NCCL topology XML.")
     baseline: Path = Field(Path("/var/lib/agentd/baseline.json"), description="First healthy inventory, for inventory.*.missing.")
     state_dir: Path = Field(Path("/var/lib/agentd"), description="agentd's own state (baseline, bench history).")
     nfd_features: Path | None = Field(None, description="node-feature-discovery features.d file to write (unset: not written).")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "Paths":
+        """Every file agentd writes has a path of its own, compared after resolving symlinks
+        and relative paths: two settings naming one file would have each write overwrite
+        the other's (nccl.env holding the topology XML, the baseline holding nccl.env), and
+        a file may not sit where a directory of another path is."""
+        problems = path_clashes(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def path_clashes(paths: Paths) -> list[str]:
+    """Problems with ``paths``: two settings (or a setting and a file agentd keeps in
+    ``state_dir``) that resolve to one file, a file that is ``state_dir`` itself, and a file
+    whose path another setting uses as a directory."""
+    state_dir = paths.state_dir
+    named: list[tuple[str, Path]] = [(f"paths.{key}", p) for key in Paths.model_fields if key != "state_dir"
+                                     if (p := getattr(paths, key)) is not None]
+    named += [(f"paths.state_dir's {name}", state_dir / name) for name in STATE_DIR_FILES.values()]
+    real = {label: os.path.realpath(p) for label, p in named}
+    real_dir = os.path.realpath(state_dir)
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for label, r in real.items():  # one problem per setting, the first found
+        below = next((other for other, o in [("paths.state_dir", real_dir), *real.items()] if o.startswith(r.rstrip("/") + "/")), None)
+        if r in seen:
+            problems.append(f"{seen[r]} and {label} are the same file ({r}): each file agentd writes needs a path of its own")
+        elif r == real_dir:
+            problems.append(f"{label} is paths.state_dir ({r}), a directory")
+        elif below is not None:
+            problems.append(f"{label} ({r}) is a file, but {below} is below it")
+        seen.setdefault(r, label)
+    return problems
+
+
+# The [nccl] settings that become one NCCL variable each (agentd.nccl.env writes them).
+NCCL_SETTING_VARS: dict[str, str] = {
+    "socket_ifname": "NCCL_SOCKET_IFNAME",
+    "ib_tc": "NCCL_IB_TC",
+    "ib_sl": "NCCL_IB_SL",
+    "cross_nic": "NCCL_CROSS_NIC",
+    "net_plugin": "NCCL_NET_PLUGIN",
+}
+
+
+def nccl_setting_value(field: str, value: object) -> str:
+    """The value the NCCL variable of setting ``field`` gets: ``socket_ifname`` is an exact
+    match (``=eth0``) unless it says otherwise (``^`` to exclude, ``=`` already)."""
+    text = str(value)
+    if field == "socket_ifname" and text[:1] not in ("=", "^"):
+        return "=" + text
+    return text
 
 
 class NcclSettings(Section):
@@ -232,6 +304,19 @@ class NcclSettings(Section):
     overrides: dict[str, str] = Field(default_factory=dict, description="Operator-set NCCL_* variables, validated against what NCCL accepts.")
     profile: str | None = Field(None, description="Name of a profile in nccl.profiles to apply on top of overrides.")
     profiles: dict[str, dict[str, str]] = Field(default_factory=dict, description="Named sets of NCCL_* overrides (e.g. 'training', 'inference').")
+
+    @field_validator(*NCCL_SETTING_VARS)
+    @classmethod
+    def _nccl_setting(cls, v: object, info: ValidationInfo) -> object:
+        """Refused at load and reload, as overrides are: a value the renderer would refuse
+        later would hold back nccl.env (and nccl.conf) on every publish instead."""
+        if v is None or v == "":  # unset ("" too: not written)
+            return v
+        field = info.field_name or ""
+        problems = validate_var(NCCL_SETTING_VARS[field], nccl_setting_value(field, v))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
     @field_validator("overrides")
     @classmethod
@@ -431,11 +516,18 @@ def load_config(
     data: JsonObject = {}
     origin = str(cfg_path)
     try:
-        text = cfg_path.read_text(encoding="utf-8")
+        # O_NONBLOCK, fstat, then a capped read: a FIFO or a device (/dev/zero) at the path
+        # is refused at once instead of a read that waits or never ends
+        raw = read_regular(cfg_path, MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {cfg_path} is larger than {MAX_CONFIG_BYTES} bytes")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"config file {cfg_path} does not exist") from None
         origin = "defaults"
+    except NotRegularFile as e:
+        raise ConfigError(f"config file {e}") from None
     except OSError as e:
         raise ConfigError(f"config file {cfg_path} cannot be read: {e.strerror or e}") from None
     except UnicodeDecodeError:

@@ -24,6 +24,7 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -151,29 +152,41 @@ def temp_files(path: Path | str) -> list[Path]:
         return []
 
 
+def claim_abandoned(path: Path | str, kind: Callable[[os.stat_result], bool]) -> tuple[int, os.stat_result] | None:
+    """Open ``path`` (never following a symlink, never waiting) and take its ``flock`` when
+    nobody holds it: (fd, stat) of a file or directory whose owner is gone, for the caller
+    to remove and then close. None when it is absent, not of the ``kind`` wanted, or held
+    by an owner that lives (the kernel drops a lock with its process)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if kind(st):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd, st
+    except OSError:
+        pass  # a live owner holds it
+    os.close(fd)
+    return None
+
+
 def sweep_temps(path: Path | str) -> int:
     """Remove the temp files of ``path`` that killed writers left behind; returns how many.
     A temp file whose writer is alive holds its ``flock`` and is kept; anything that is not
     a regular file is not ours and is kept too. Never raises for I/O errors."""
     removed = 0
     for tmp in temp_files(path):
-        try:
-            fd = os.open(tmp, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+        claimed = claim_abandoned(tmp, lambda st: stat.S_ISREG(st.st_mode))
+        if claimed is None:
             continue
+        fd, st = claimed
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a live writer holds it
             now = os.lstat(tmp)  # still this file under this name (not renamed meanwhile)?
-            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                continue
-            os.unlink(tmp)
-            removed += 1
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(tmp)
+                removed += 1
         except OSError:
             pass
         finally:

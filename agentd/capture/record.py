@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from agentd import __version__
 from agentd.base import recorded
@@ -40,6 +41,9 @@ UPTIME = "proc/uptime"  # dates the kernel log records (seconds since boot)
 # knows it without this machine's clock. The system probe reads it; read again here so a
 # capture holds it whatever the probes read. The whole file as read (as every other file):
 # counters only, nothing to redact, a few KiB to a few hundred on the largest nodes.
+# Said in a redacted capture's manifest: what --redact cannot promise (docs/capture.md).
+REDACTION_NOTE = ("free text (the kernel log, etc/nccl.conf) is redacted by pattern: a short name of another host, "
+                  "a serial number without a 'serial' keyword or an unusual domain can remain; read it before publishing")
 IDENTITY_FILES = (BOOT_ID, "etc/machine-id", "proc/sys/kernel/hostname", "proc/sys/kernel/osrelease", "proc/sys/kernel/arch")
 
 
@@ -169,10 +173,17 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
 
         names = [h for h in (hostname, uname()["nodename"] if host.is_live else None) if h]
         redactor = Redactor(redact_key, hostnames=names)
-        for rel, (kind, data) in list(tree.members.items()):
+        members: dict[str, tuple[str, Any]] = {}  # Any: as Recording.members (bytes, a str or None by kind)
+        for rel, (kind, data) in tree.members.items():
+            # a netdev named from its MAC (enx...) is in paths and link targets as well as in content
             if kind == "file":
-                tree.members[rel] = (kind, redactor.redact(rel, data))
+                members[redactor.redact_path(rel)] = (kind, redactor.redact(rel, data))
+            else:  # a link's target, or a directory's None
+                members[redactor.redact_path(rel)] = (kind, redactor.redact_path(data) if kind == "link" else data)
+        tree.members = members
         said = {k: redactor.redact_text(v) for k, v in said.items()}  # a boot id, a path with a hostname
+        answers = [redactor.redact_path(a) for a in answers]  # ethtool/<netdev>
+        problems = [redactor.redact_text(p) for p in problems]  # read errors name paths
         summary = redactor.summary()
     created = datetime.now(UTC).isoformat(timespec="seconds")
     source = {
@@ -185,6 +196,8 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
     }
     files = sum(1 for k, _ in tree.members.values() if k == "file")
     extra = {"source": source, "redacted": redact, "redactions": summary, "files": files, "answers": answers, "problems": problems}
+    if redact:
+        extra["redaction_note"] = REDACTION_NOTE
     doc = recorded.manifest("capture", agentd_version=__version__, created=created, extra=extra)
     tree.put(recorded.MANIFEST, (json.dumps(doc, indent=2) + "\n").encode())
 

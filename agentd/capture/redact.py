@@ -38,10 +38,23 @@ What is replaced, and how it keeps its format for its readers:
   replaced wherever it occurs as a word, case-insensitively: the short name by
   ``node-<8 hex>``, a fully qualified one by ``node-<8 hex>.invalid``. ``localhost`` and
   names shorter than 2 characters are not replaced.
+- Netdev names made from a MAC (systemd's ``NamePolicy=mac``: ``enx`` + the 12 hex digits,
+  also ``wlx``, ``wwx``, ``slx``), in file content and in member paths and symlink targets
+  (``redact_path``): the MAC inside goes through the MAC map, so the name and its
+  ``address`` file still agree, and the real MAC is in neither.
+- GUIDs in ``0x`` form (``0xa088c20300425f10``, as the kernel log prints them): on a line
+  that says ``GUID``, and elsewhere when the middle bytes say it is made from a MAC
+  (``03:00``, ``ff:fe``); mapped as above, ``0x`` and case kept. Other ``0x`` numbers are
+  kept (addresses).
+- Other hosts' names: a dotted name of three or more labels ending in a common top-level
+  domain (``com``, ``net``, ``org``, ``local``, ``internal``... or two letters, except
+  endings that are file types such as ``so`` or ``py``) becomes ``host-<8 hex>.invalid``;
+  an e-mail address becomes ``user-<8 hex>@redacted.invalid``.
 - Serial numbers: JSON keys naming a serial (``serial``, ``board_serial``...), DMI
-  ``*_serial``, ``*asset_tag`` files: same length, digits stay digits, letters stay letters
-  of the same case, other characters kept. Placeholders (``To Be Filled By O.E.M.``,
-  ``Not Specified``...) are kept.
+  ``*_serial``, ``*asset_tag`` files, and in free text the value after ``Serial Number:``,
+  ``SerialNumber:``, ``serial=``, ``S/N:`` and the like: same length, digits stay digits,
+  letters stay letters of the same case, other characters kept. Placeholders (``To Be
+  Filled By O.E.M.``, ``Not Specified``...) are kept.
 
 Not replaced: PCI bus ids (topology, not identity), IB ``board_id`` (a part number, e.g.
 ``MT_0000000838``, the same on every board of a model), firmware and driver versions,
@@ -50,8 +63,9 @@ numbers that only look like ``0x``-hex (kernel log addresses). Version files
 IPv4 address. A file that is not text (holds a NUL byte) and has no rule of its own is
 copied untouched and counted as ``binary_untouched``: PCI ``config`` has one (the Device
 Serial Number capability, id 3 in the extended list from 0x100, is mapped as a GUID; the
-rest of config space carries no identity). Serial numbers in free text (the kernel log)
-are not recognised.
+rest of config space carries no identity). Free text (the kernel log, ``etc/nccl.conf``)
+is redacted by these patterns only: a name with fewer than three labels (``storage01``), a
+serial without one of the keywords above, or a domain outside the list can still pass.
 
 Only stdlib: a pure function of (key, hostnames, path, bytes).
 """
@@ -97,6 +111,17 @@ _UUID = rb"(?<![0-9A-Za-z])(?P<uuid>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _HEXCOLON = rb"(?<![0-9A-Za-z:.])(?P<hc>[0-9A-Fa-f]*:[0-9A-Fa-f:]*)(?![0-9A-Za-z:]|\.[0-9])"
 _IPV4 = rb"(?<![0-9A-Za-z_.])(?P<v4>[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})(?![0-9A-Za-z_]|\.[0-9])"
 _HEX32 = rb"(?<![0-9A-Za-z])(?P<h32>[0-9a-f]{32})(?![0-9A-Za-z])"
+# systemd NamePolicy=mac: prefix + "x" + the MAC's 12 hex digits (systemd.net-naming-scheme(7))
+_MACNAME = rb"(?<![0-9A-Za-z])(?P<macname>(?:en|wl|ww|sl)x[0-9a-f]{12})(?![0-9A-Za-z])"
+_GUID_LINE = rb"(?P<gctx>(?i:guid)[^\n]{0,40}?)(?<![0-9A-Za-z])0x(?P<g0x>[0-9a-fA-F]{16})(?![0-9A-Za-z])"
+_HEX0X = rb"(?<![0-9A-Za-z])0x(?P<h0x>[0-9a-fA-F]{16})(?![0-9A-Za-z])"
+_SERIAL_TEXT = (rb"(?<![A-Za-z])(?P<serkey>(?i:serial[ _]?(?:number|num|no\.?)?|s/n)[ \t]*[:=][ \t]*)"
+                rb"(?P<ser>[A-Za-z0-9][A-Za-z0-9._/-]{2,63})(?![A-Za-z0-9._/-])")
+_EMAIL = rb"(?<![A-Za-z0-9._%+-])(?P<email>[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,63})(?![A-Za-z0-9-])"
+_TLDS = (b"com|net|org|edu|gov|mil|int|info|biz|io|ai|dev|app|cloud|tech|local|localdomain|lan|internal|intranet|intra|corp|"
+         b"home|private|site|cluster|hpc|example|(?!(?:so|py|ko|js|sh|pl|md|rs|go|ts|rb|cc|hh|mk|el|gz|xz|bz|db)(?![A-Za-z]))[A-Za-z]{2}")
+_FQDN = (rb"(?<![0-9A-Za-z_.@-])(?P<fqdn>(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){2,}(?i:" + _TLDS + rb"))"
+         rb"(?![0-9A-Za-z_-]|\.[0-9A-Za-z])")
 
 
 def _is_netmask(a: int) -> bool:
@@ -172,6 +197,7 @@ class Redactor:
         for name in hostnames:
             self._add_host(name)
         self._text_re = self._compile()
+        self._name_re = re.compile(_MACNAME)
 
     # ------------------------------------------------------------------ public
 
@@ -209,6 +235,11 @@ class Redactor:
         hostnames), on bytes of any encoding."""
         return self._text_re.sub(self._replace_match, data)
 
+    def redact_path(self, path: str) -> str:
+        """A member path or symlink target with the names made from a MAC replaced (the
+        only identity a sysfs path carries: PCI ids and device names are topology)."""
+        return self._name_re.sub(self._replace_match, path.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
     def redact_text(self, text: str) -> str:
         """``redact_bytes`` for a str (undecodable bytes kept as surrogate escapes)."""
         return self.redact_bytes(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
@@ -216,7 +247,7 @@ class Redactor:
     def summary(self) -> dict[str, int]:
         """For the manifest: distinct values replaced per kind (``mac``, ``guid`` (GUIDs
         and GID interface ids, MAC-derived ones too), ``ipv4``, ``ipv6_prefix``, ``uuid``
-        (machine-ids too), ``hostname``, ``serial``), and counts of ``pci_dsn`` (Device
+        (machine-ids too), ``hostname``, ``other_host``, ``email``, ``serial``), and counts of ``pci_dsn`` (Device
         Serial Number capabilities rewritten) and ``binary_untouched`` (binary files left
         as they were). Kinds with nothing to count are absent."""
         out = {kind: len(m) for kind, m in sorted(self._maps.items())}
@@ -375,7 +406,7 @@ class Redactor:
     # ------------------------------------------------------------------ free text
 
     def _compile(self) -> re.Pattern[bytes]:
-        alts = [_UUID, _HEXCOLON, _IPV4, _HEX32]
+        alts = [_MACNAME, _GUID_LINE, _HEX0X, _SERIAL_TEXT, _EMAIL, _UUID, _HEXCOLON, _IPV4, _HEX32, _FQDN]
         if self._hosts:
             names = sorted(self._hosts, key=len, reverse=True)
             body = b"|".join(re.escape(n.encode("utf-8", "surrogateescape")) for n in names)
@@ -403,9 +434,34 @@ class Redactor:
             out = ".".join(str(x) for x in a.to_bytes(4, "big"))
         elif kind == "h32":
             out = f"{self._uuid128(int(text, 16)):032x}"
+        elif kind == "macname":
+            out = text[:3] + self._mac(bytes.fromhex(text[3:])).hex()
+        elif kind == "g0x":  # "... GUID ... 0x<16 hex>": the context is redacted on its own
+            start = m.start("g0x") - m.start()
+            return self.redact_bytes(raw[: start - 2]) + raw[start - 2 : start] + self._guid_hex(raw[start:].decode("ascii")).encode()
+        elif kind == "h0x":
+            value = int(text[2:], 16)
+            b = value.to_bytes(8, "big")
+            if b[3:5] not in (b"\x03\x00", b"\xff\xfe") or value >> 48 == 0xFFFF:
+                return raw  # an address, not a GUID made from a MAC
+            out = "0x" + self._guid_hex(text[2:])
+        elif kind == "ser":
+            start = m.start("ser") - m.start()
+            return raw[:start] + self._serial(raw[start:].decode("ascii")).encode()
+        elif kind == "email":
+            key = text.lower()
+            out = self._mapped("email", key, lambda a: f"user-{self._digest('email', key.encode(), a).hex()[:8]}@redacted.invalid")
+        elif kind == "fqdn":
+            key = text.lower()
+            out = self._mapped("other_host", key, lambda a: f"host-{self._digest('other_host', key.encode(), a).hex()[:8]}.invalid")
         else:
             return raw
         return out.encode("utf-8", "surrogateescape")
+
+    def _guid_hex(self, digits: str) -> str:
+        """16 hex digits mapped as a GUID, in their case."""
+        out = f"{self._guid(int(digits, 16)):016x}"
+        return out.upper() if digits.upper() == digits and any(c.isalpha() for c in digits) else out
 
     def _fmt_uuid(self, text: str) -> str:
         h = f"{self._uuid128(int(text.replace('-', ''), 16)):032x}"

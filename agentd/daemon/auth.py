@@ -1,9 +1,18 @@
 """The web config's request-side rules as aiohttp middlewares: response headers, rate
 limit, client certificate SANs and basic auth (agentd.daemon.webconfig parses the file).
 
-Basic auth verifies bcrypt in one worker thread (never on the event loop) and remembers
-a success for ``AUTH_CACHE_TTL_S`` keyed by the SHA-256 of user, password and hash, so a
-scrape costs one bcrypt per TTL, not one per request.
+Basic auth verifies bcrypt off the event loop, one verification at a time for the whole
+process (one worker thread: a flood of guesses costs at most one core). Waiting
+verifications are served round-robin by client address (an IPv6 client by its /64), at
+most ``AUTH_MAX_PENDING_PER_CLIENT`` each: a client that floods wrong passwords delays
+another client's login by at most one verification per other busy client, not by its
+whole queue. Every verification costs the same work whoever the user is: one bcrypt at
+each cost the users' hashes have (the user's own hash at its cost, a dummy hash at the
+others; an unknown user, dummies at all), so timing tells no user from another and no
+user from an unknown name. Outcomes are remembered under the SHA-256 of user, password
+and stored hash (never the password): a success until evicted (or ``ttl_s``), a refusal
+too, so a scraper with a stale password costs one bcrypt, not one per scrape; successes
+and refusals are kept apart, so a flood of guesses cannot evict a scraper's login.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import hashlib
 import ipaddress
 import os
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -29,9 +38,9 @@ if TYPE_CHECKING:
     import ssl
 
 REALM = "agentd"
-AUTH_CACHE_TTL_S = 120.0
-AUTH_CACHE_MAX = 1024
-AUTH_MAX_PENDING = 32  # bcrypt verifications queued at once; more answer 429
+AUTH_CACHE_MAX = 1024  # outcomes remembered, each of successes and refusals
+AUTH_MAX_PENDING = 1024  # verifications waiting or running, all clients; more answer 429
+AUTH_MAX_PENDING_PER_CLIENT = 4  # the same for one client address; more answer 429
 # One worker thread for every BasicAuth: a reload builds a new one (fresh cache) and must
 # not leave a thread behind each time.
 _BCRYPT_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-bcrypt")
@@ -52,34 +61,67 @@ def parse_basic_authorization(header: str | None) -> tuple[str, bytes] | None:
         return None
 
 
-class BasicAuth:
-    """bcrypt checks off the event loop, one at a time (one worker thread for the process),
-    with a short cache of successes."""
+def bcrypt_cost(stored: bytes) -> int:
+    """The cost of a modular-crypt bcrypt hash (``$2y$10$...`` -> 10)."""
+    return int(stored[4:6])
 
-    def __init__(self, users: dict[str, str], *, ttl_s: float = AUTH_CACHE_TTL_S, clock: Callable[[], float] = time.monotonic):
+
+def client_of(remote: str | None) -> str:
+    """What round-robin fairness counts as one client: the peer's address, an IPv6 one by
+    its /64 (one host's share of addresses)."""
+    try:
+        ip = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return remote or ""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+_Job = tuple[bytes, "bytes | None", "asyncio.Future[bool]"]  # password, stored hash, outcome
+
+
+class BasicAuth:
+    """bcrypt checks off the event loop, one at a time for the process, fair between
+    clients, of equal work for every user name, with a cache of outcomes (module doc)."""
+
+    def __init__(self, users: dict[str, str], *, ttl_s: float | None = None, clock: Callable[[], float] = time.monotonic):
         self._users = {u: h.encode() for u, h in users.items()}
-        self._cost = max(int(h[4:6]) for h in users.values())
-        self._dummy: bytes | None = None  # made in the worker on first use: no bcrypt on the event loop
+        self._costs = sorted({bcrypt_cost(h) for h in self._users.values()})
+        self._dummies: dict[int, bytes] = {}  # made in the worker on first use: no bcrypt on the event loop
         self._ttl, self._clock = ttl_s, clock
-        self._cache: OrderedDict[bytes, float] = OrderedDict()
+        self._verified: OrderedDict[bytes, float] = OrderedDict()  # key -> expiry
+        self._refused: OrderedDict[bytes, None] = OrderedDict()
         self._inflight: dict[bytes, asyncio.Future[bool]] = {}
+        self._queues: OrderedDict[str, deque[_Job]] = OrderedDict()  # client -> its waiting verifications, in turn order
+        self._pending: Counter[str] = Counter()  # client -> verifications waiting or running
+        self._serving: asyncio.Task[None] | None = None
         self._pool = _BCRYPT_POOL
-        self.bcrypt_calls = 0
+        self.bcrypt_calls = 0  # verifications run (each one bcrypt per cost in use)
 
     def _check(self, password: bytes, stored: bytes | None) -> bool:
-        """Runs in the single worker thread. Unknown users are checked against a dummy hash
-        of the same cost, so the answer takes as long as for a known user."""
-        if stored is None:
-            if self._dummy is None:
-                self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(self._cost))
-            stored = self._dummy
+        """Runs in the single worker thread: one bcrypt at each cost in use, the user's own
+        hash at its cost and a dummy at the others, so the work is the same for every
+        user name, known or not."""
+        if not self._dummies:
+            self._dummies = {c: bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(c)) for c in self._costs}
         self.bcrypt_calls += 1
-        try:
-            return bcrypt.checkpw(password, stored)
-        except ValueError:  # > 72 bytes: refused, as Go's bcrypt does
-            return False
+        own = bcrypt_cost(stored) if stored is not None else None
+        ok = False
+        for cost in self._costs:
+            mine = stored is not None and cost == own
+            try:
+                match = bcrypt.checkpw(password, stored if mine else self._dummies[cost])  # type: ignore[arg-type]
+            except ValueError:  # > 72 bytes: refused before any work, as Go's bcrypt does, whoever the user
+                return False
+            ok = ok or (mine and match)
+        return ok
 
-    async def verify(self, header: str | None) -> bool:
+    async def verify(self, header: str | None, *, client: str = "") -> bool:
+        """Whether ``header`` carries a user's password. ``client``: who asks (client_of),
+        for fairness. Raises HTTPTooManyRequests past the pending caps."""
         creds = parse_basic_authorization(header)
         if creds is None:
             return False
@@ -87,30 +129,64 @@ class BasicAuth:
         stored = self._users.get(user)
         fields = (user.encode(), password, stored or b"")
         key = hashlib.sha256(b"".join(len(f).to_bytes(4, "big") + f for f in fields)).digest()  # unambiguous
-        now = self._clock()
-        expires = self._cache.get(key)
-        if expires is not None and expires > now:
+        expires = self._verified.get(key)
+        if expires is not None and expires > self._clock():
             return True
+        if key in self._refused:
+            return False
         fut = self._inflight.get(key)
-        if fut is None:
-            if len(self._inflight) >= AUTH_MAX_PENDING:
-                raise web.HTTPTooManyRequests(text="too many pending authentications\n", headers={"Retry-After": "1"})
-            fut = asyncio.get_running_loop().run_in_executor(self._pool, self._check, password, stored)
-            self._inflight[key] = fut
-            try:
-                ok = await asyncio.shield(fut) and stored is not None
-            finally:
-                del self._inflight[key]
-            if ok:
-                self._remember(key, self._clock())
-            return ok
-        return await asyncio.shield(fut) and stored is not None
+        if fut is not None:  # the same credentials are being checked: share the outcome
+            return await asyncio.shield(fut)
+        if sum(self._pending.values()) >= AUTH_MAX_PENDING or self._pending[client] >= AUTH_MAX_PENDING_PER_CLIENT:
+            raise web.HTTPTooManyRequests(text="too many pending authentications\n", headers={"Retry-After": "1"})
+        fut = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        self._pending[client] += 1
+        self._queues.setdefault(client, deque()).append((password, stored, fut))
+        if self._serving is None or self._serving.done():
+            self._serving = asyncio.get_running_loop().create_task(self._serve())
+        try:
+            ok = await asyncio.shield(fut)
+        finally:
+            del self._inflight[key]
+        self._remember(key, ok)
+        return ok
 
-    def _remember(self, key: bytes, now: float) -> None:
-        self._cache[key] = now + self._ttl
-        self._cache.move_to_end(key)
-        while len(self._cache) > AUTH_CACHE_MAX:
-            self._cache.popitem(last=False)
+    async def _serve(self) -> None:
+        """Run the waiting verifications one at a time, one per client in turn."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._queues:
+                client, queue = next(iter(self._queues.items()))
+                password, stored, fut = queue.popleft()
+                del self._queues[client]
+                if queue:
+                    self._queues[client] = queue  # to the back of the round
+                try:
+                    ok = await loop.run_in_executor(self._pool, self._check, password, stored)
+                except Exception as e:
+                    if not fut.done():
+                        fut.set_exception(e)
+                else:
+                    if not fut.done():
+                        fut.set_result(ok)
+                finally:
+                    self._pending[client] -= 1
+                    if self._pending[client] <= 0:
+                        del self._pending[client]
+        finally:  # cancelled (the app stops): nobody waits for ever
+            for queue in self._queues.values():
+                for _, _, waiting in queue:
+                    waiting.cancel()
+            self._queues.clear()
+            self._pending.clear()
+
+    def _remember(self, key: bytes, ok: bool) -> None:
+        cache: OrderedDict[bytes, Any] = self._verified if ok else self._refused  # Any: an expiry (float) or None, by which cache
+        cache[key] = (self._clock() + self._ttl if self._ttl is not None else float("inf")) if ok else None
+        cache.move_to_end(key)
+        while len(cache) > AUTH_CACHE_MAX:
+            cache.popitem(last=False)
 
 
 def basic_auth_middleware(cfg: WebConfig | None) -> Middleware:
@@ -128,7 +204,7 @@ def basic_auth_middleware(cfg: WebConfig | None) -> Middleware:
 
     @web.middleware
     async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in excluded or await auth.verify(request.headers.get("Authorization")):
+        if request.path in excluded or await auth.verify(request.headers.get("Authorization"), client=client_of(request.remote)):
             return await handler(request)
         return web.Response(status=401, text="401 Unauthorized\n", headers={"WWW-Authenticate": f'Basic realm="{REALM}"'})
 

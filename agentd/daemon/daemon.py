@@ -16,7 +16,7 @@ import asyncio
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
 from agentd.base.jsontypes import JsonValue
 from agentd.base.memo import LazyMapping
@@ -36,11 +36,17 @@ from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
 from agentd.host.kernel_log import KernelLogSource
+from agentd.host.runner import Lane, await_future
 from agentd.metrics.agent import process_stats
 from agentd.model import NodeSnapshot
 from agentd.outputs.evaluate import EvaluateFn, evaluate
 from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
+
+if TYPE_CHECKING:  # types only: ssl is imported when a web config serves TLS (agentd.base.openssl_gate)
+    import ssl
+
+    from aiohttp.typedefs import Middleware
 
 TIERS = ("fast", "medium", "slow")
 
@@ -140,6 +146,7 @@ class Daemon:
         self.maintenance = MaintenanceFollower(self.log)
         self.cursor = CursorKeeper(self.log, collector.kernel_source)
         self.history_file = HistoryKeeper(self.log, self.history, self.publisher, host) if persist_history else None
+        self._reload_lane = Lane("reload")
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -295,13 +302,28 @@ class Daemon:
                 self.log.error("watchdog.withheld", reason="no collection completed within WatchdogSec/2", watchdog_s=wd.interval_s)
 
     async def reload(self) -> bool:
-        """SIGHUP: load the config again; on error keep the running one. True if applied."""
+        """SIGHUP: load the config again; on error keep the running one. True if applied.
+
+        The files are read in the reload lane (a daemon thread), waited for at most
+        ``timeouts.probe_s``: a config on a filesystem that never answers fails the reload
+        instead of holding it, and never holds the exit (asyncio's own worker threads are
+        joined at exit, a lane's are not). A reload while one still hangs fails at once."""
         self.notifier.reloading()
         old = self.config
-        try:
-            new = await asyncio.to_thread(load_config, self.config_path, overrides=self.overrides or None)
+        path, overrides = self.config_path, self.overrides or None
+
+        def read() -> tuple[AgentConfig, tuple[list[Middleware], ssl.SSLContext | None]]:
+            new = load_config(path, overrides=overrides)
             # web.config_file is read again on every reload (rotated certificates, removed users)
-            middlewares, ssl_context = await asyncio.to_thread(web_options, new)
+            return new, web_options(new)
+
+        fut, started = self._reload_lane.submit(read)
+        if not started:
+            return self._reload_failed("the previous reload is still reading its files (hung filesystem?)")
+        try:
+            new, (middlewares, ssl_context) = await await_future(fut, old.timeouts.probe_s)
+        except TimeoutError:
+            return self._reload_failed(f"the config was not read within {old.timeouts.probe_s:g} s (timeouts.probe_s; hung filesystem?)")
         except ConfigError as e:
             return self._reload_failed(str(e))
         fixed = {k: getattr(old, k) for k in ("listen", "host_root", "host_mode") if getattr(new, k) != getattr(old, k)}
@@ -392,11 +414,11 @@ class Daemon:
             self.log.error("http.start_failed", listen=cfg.listen, error=str(e) if isinstance(e, ConfigError) else (e.strerror or str(e)))
             return 1
         self.log.info("agentd.started", listen=cfg.listen, host_root=str(self.host.root), host_mode=self.host.mode, host_mode_reason=self.host.mode_reason, tls=ssl_context is not None, intervals=cfg.intervals.model_dump())
+        signals = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self._on_sighup}
+        for sig, handler in signals.items():  # before "serving" is said: a signal sent on it is handled
+            loop.add_signal_handler(sig, handler)
         if on_listening is not None:
             on_listening(self.addresses)
-        signals = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self._on_sighup}
-        for sig, handler in signals.items():
-            loop.add_signal_handler(sig, handler)
         if self.host.is_live:
             self.udev.start(loop)
         if self.links_wanted(cfg):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentd.base.atomic import NotRegularFile, read_regular
 from agentd.base.openssl_gate import tls_available
 from agentd.config import ConfigError
 
@@ -293,8 +294,9 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     or reload, with the key named). Raises WebConfigError."""
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        raw = read_regular(p, MAX_FILE_BYTES + 1)  # a FIFO or a device is refused at once, never waited on
+    except NotRegularFile as e:
+        raise WebConfigError(f"web config {e}") from None
     except OSError as e:
         raise WebConfigError(f"web config {p} cannot be read: {e.strerror or e}") from None
     if len(raw) > MAX_FILE_BYTES:
@@ -323,9 +325,8 @@ def _pem(inline: str | None, key: str, path: Path | None, origin: str) -> str:
 
 def _read_pem(key: str, path: Path, origin: str) -> str:
     try:
-        with open(path, "rb") as f:
-            return f.read(MAX_FILE_BYTES).decode("utf-8", "replace")
-    except OSError as e:
+        return read_regular(path, MAX_FILE_BYTES).decode("utf-8", "replace")
+    except OSError as e:  # NotRegularFile (a FIFO, a device) too: refused at once
         raise WebConfigError(f"invalid web config ({origin}): tls_server_config.{key}: cannot read {path}: {e.strerror or e}") from None
 
 

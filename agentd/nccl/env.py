@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 import agentd
 from agentd.base.ids import plain_device_name
 from agentd.base.ncclvars import VALUE_CHARS, advise_var, validate_var
-from agentd.config import AgentConfig
+from agentd.config import NCCL_SETTING_VARS, AgentConfig, nccl_setting_value
 from agentd.judging.roles import HcaRoles, hca_roles
 from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Subject
 from agentd.nccl.envmodel import EnvVar, NcclEnv, Source, clean_comment
@@ -112,7 +112,7 @@ def derive_env(
         env = env.with_omitted("NCCL_IB_HCA", "no compute RDMA device on this node")
 
     if nccl.socket_ifname:
-        value = nccl.socket_ifname if nccl.socket_ifname[0] in "=^" else "=" + nccl.socket_ifname
+        value = nccl_setting_value("socket_ifname", nccl.socket_ifname)
         env = _set(env, "NCCL_SOCKET_IFNAME", value, "config", "config: nccl.socket_ifname", known_hcas)
         for name in value.lstrip("^=").split(","):
             nd = snapshot.netdev(name)
@@ -122,14 +122,10 @@ def derive_env(
                 env = env.with_note(f"nccl.socket_ifname: {name} is {nd.operstate or 'in an unknown state'}")
     if topo_path:
         env = _set(env, "NCCL_TOPO_FILE", topo_path, "measured", "measured: PCI tree from sysfs, written by agentd", known_hcas)
-    for key, configured, setting in (
-        ("NCCL_IB_TC", nccl.ib_tc, "nccl.ib_tc"),
-        ("NCCL_IB_SL", nccl.ib_sl, "nccl.ib_sl"),
-        ("NCCL_CROSS_NIC", nccl.cross_nic, "nccl.cross_nic"),
-        ("NCCL_NET_PLUGIN", nccl.net_plugin, "nccl.net_plugin"),
-    ):
-        if configured is not None:
-            env = _set(env, key, str(configured), "config", f"config: {setting}", known_hcas)
+    for setting, key in NCCL_SETTING_VARS.items():
+        configured = getattr(nccl, setting)
+        if setting != "socket_ifname" and configured is not None:  # socket_ifname: above, with its notes
+            env = _set(env, key, nccl_setting_value(setting, configured), "config", f"config: nccl.{setting}", known_hcas)
 
     for key, value in nccl.overrides.items():
         env = _set(env, key, value, "override", f"override: nccl.overrides.{key}", known_hcas)

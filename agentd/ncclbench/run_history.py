@@ -18,10 +18,11 @@ from typing import Sequence
 from pydantic import ValidationError
 
 from agentd.base.atomic import WriteResult, atomic_write, read_current
+from agentd.config import STATE_DIR_FILES
 from agentd.model import Record
 from agentd.ncclbench.results import BenchRun
 
-FILE_NAME = "bench-nccl.json"
+FILE_NAME = STATE_DIR_FILES["bench"]
 FORMAT = 1
 DEFAULT_KEEP = 50
 MAX_BYTES = 16 * 1024 * 1024

@@ -33,11 +33,12 @@ from typing import Literal, Sequence
 from agentd.base.atomic import WriteResult, atomic_write, read_fd
 from agentd.base.jsontypes import JsonObject
 from agentd.collection.history_json import drop_oldest
+from agentd.config import STATE_DIR_FILES
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.system import read_identity
 from agentd.judging.baseline import Baseline, NodeIdentity, foreign_reason
 
-HISTORY_FILE = "history.json"
+HISTORY_FILE = STATE_DIR_FILES["history"]
 FORMAT = "agentd-history"
 VERSION = 1
 MAX_BYTES = 2 << 20  # far above a steady node's file (docs/node-state.md); the cap keeps a busy one small

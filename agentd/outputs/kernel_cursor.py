@@ -15,11 +15,12 @@ from pathlib import Path
 
 from agentd.base.atomic import WriteResult, atomic_write, read_regular
 from agentd.base.jsontypes import JsonObject
+from agentd.config import STATE_DIR_FILES
 from agentd.host.kernel_log import cursor_of
 from agentd.judging.kernel_policy import event_policy
 from agentd.model import KernelEvent, KernelLog
 
-CURSOR_FILE = "kernel-cursor.json"
+CURSOR_FILE = STATE_DIR_FILES["kernel_cursor"]
 MAX_CURSOR_BYTES = 4 << 20
 
 

@@ -27,9 +27,10 @@ from pathlib import Path
 from agentd.base.atomic import WriteResult, atomic_write, read_fd
 from agentd.base.escape import printable
 from agentd.base.jsontypes import JsonObject, JsonValue
+from agentd.config import STATE_DIR_FILES
 from agentd.judging.findings import utc_text
 
-FILE_NAME = "maintenance.json"
+FILE_NAME = STATE_DIR_FILES["maintenance"]
 MAX_BYTES = 64 << 10  # a reason is one line; more is not read
 REASON_MAX = 200
 BY_MAX = 64

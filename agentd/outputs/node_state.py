@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agentd.config import Paths
+from agentd.config import STATE_DIR_FILES, Paths
 
 # The file settings under [paths] that are the node's; state_dir is the directory itself.
 STATE_FILES: tuple[str, ...] = ("nccl_env", "nccl_conf", "nccl_topo", "baseline", "nfd_features")
@@ -35,10 +35,11 @@ def state_dir_for(root: str | os.PathLike[str]) -> Path:
 
 def moved_paths(paths: Paths, out: Path) -> dict[str, str | None]:
     """Every state path of ``paths`` moved into ``out`` (a ``[paths]`` override): each file
-    keeps its name (a name another setting already took gets the setting's name in front),
+    keeps its name (a name another setting, or a file agentd keeps in ``state_dir``, already
+    took gets the setting's name in front),
     ``state_dir`` becomes ``out``, an unset ``nfd_features`` stays unset."""
     moved: dict[str, str | None] = {"state_dir": str(out)}
-    taken: set[str] = set()
+    taken: set[str] = set(STATE_DIR_FILES.values())  # agentd's own files in state_dir
     for key in STATE_FILES:
         p = getattr(paths, key)
         if p is None:

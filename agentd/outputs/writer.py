@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agentd.base.atomic import sweep_temps
-from agentd.config import AgentConfig
+from agentd.config import STATE_DIR_FILES, AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.model import NodeSnapshot
 from agentd.nccl import CONF_FILE, ENV_FILE, TOPO_FILE
@@ -115,7 +115,9 @@ class NfdKeeper:
 class Writer:
     """Everything one publish writes, run as one job in the writer lane. The first time it
     sees a path (at start, and after a reload names a new one) it sweeps the temp files a
-    killed writer left there: every managed file, the NFD file and the baseline."""
+    killed writer left there: every managed file, the NFD file, the baseline and the files
+    agentd keeps in its state directory (history, kernel cursor, maintenance, benchmark
+    runs), whoever writes those."""
 
     files: FileKeeper = field(default_factory=FileKeeper)
     nfd: NfdKeeper = field(default_factory=NfdKeeper)
@@ -130,6 +132,7 @@ class Writer:
         """Remove temp files killed writers left beside each path not swept before."""
         paths = [path for _, path, _ in planned_files(None, config)]
         paths += [p for p in (config.paths.nfd_features, config.paths.baseline) if p is not None]
+        paths += [config.paths.state_dir / name for name in STATE_DIR_FILES.values()]
         removed = 0
         for path in paths:
             if path not in self.swept:
