@@ -615,8 +615,9 @@ class ReadContext:
     # -- paths --------------------------------------------------------------
     def resolve(self, rel: str | os.PathLike[str], *, required: bool = False) -> Path | None:
         """The directory ``rel`` names, symlinks followed without leaving the root (a
-        Path under it); None when it does not exist (an error when ``required``) or
-        leaves the root (an ``escape`` error)."""
+        Path under it); None when it does not exist (an error when ``required``), cannot
+        be walked (an error whatever ``required`` says: EACCES, EMFILE, EIO) or leaves the
+        root (an ``escape`` error)."""
         p = self._abs(rel)
         try:
             real, is_dir = self._resolve_path(p)
@@ -626,7 +627,12 @@ class ReadContext:
             return None
         except OSError as e:
             self._log(("resolve", p, e.errno))
-            if required:
+            # ENOENT is absence; anything else (EMFILE when fds ran out, EACCES, EIO) is a
+            # read error even where absence would be normal: the entry may be there.
+            kind = _classify_oserror(e)
+            if kind != "missing":
+                self.error(rel, kind, e.strerror or str(e))
+            elif required:
                 self.error(rel, "missing", "does not exist")
             return None
         if self.journal is not None:
