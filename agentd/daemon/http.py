@@ -138,9 +138,9 @@ class _LimitedSite(web.TCPSite):
     """TCPSite whose protocol factory goes through a ConnectionLimiter; with ``socks`` it
     serves already-listening sockets (a reload) instead of binding."""
 
-    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), handshake_timeout_s: float = 10.0, **kwargs: Any):
+    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.limiter, self.socks, self.handshake_timeout_s = limiter, list(socks), handshake_timeout_s
+        self.limiter, self.socks = limiter, list(socks)
         self.servers: list[asyncio.Server] = []
 
     async def start(self) -> None:
@@ -148,16 +148,17 @@ class _LimitedSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         loop = asyncio.get_running_loop()
-        factory = self.limiter.wrap(server)
-        tls: dict[str, Any] = {"ssl": self._ssl_context, "ssl_handshake_timeout": self.handshake_timeout_s} if self._ssl_context else {}
+        # TLS is not asyncio's create_server(ssl=...): that admits a connection only once its
+        # handshake is done, so handshakes would escape the cap (agentd.daemon.connections).
+        factory = self.limiter.wrap(server, tls=self._ssl_context)
         try:
             if self.socks:
                 for sock in self.socks:
-                    self.servers.append(await loop.create_server(factory, sock=sock, backlog=self._backlog, **tls))
+                    self.servers.append(await loop.create_server(factory, sock=sock, backlog=self._backlog))
             else:
                 self.servers.append(await loop.create_server(
                     factory, self._host, self._port, backlog=self._backlog,
-                    reuse_address=self._reuse_address, reuse_port=self._reuse_port, **tls,
+                    reuse_address=self._reuse_address, reuse_port=self._reuse_port,
                 ))  # fmt: skip
         except BaseException:
             for s in self.servers:
@@ -211,7 +212,7 @@ class HttpServer:
         limiter.configure(limits)
         runner = await cls._runner(app, limits)
         host, port = parse_listen(listen)
-        site = _LimitedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context, limiter=limiter, handshake_timeout_s=limits.header_timeout_s)
+        site = _LimitedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context, limiter=limiter)
         try:
             await site.start()
         except BaseException:
@@ -231,7 +232,7 @@ class HttpServer:
         socks = self.site.listening()
         try:
             runner = await self._runner(app, limits)
-            site = _LimitedSite(runner, reuse_address=True, ssl_context=ssl_context, limiter=self.limiter, socks=socks, handshake_timeout_s=limits.header_timeout_s)
+            site = _LimitedSite(runner, reuse_address=True, ssl_context=ssl_context, limiter=self.limiter, socks=socks)
             try:
                 await site.start()
             except BaseException:
