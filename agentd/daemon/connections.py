@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import resource
-import ssl
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agentd.config import AgentConfig
 from agentd.host.fs import MAX_OPEN_DIRS, SWEEP_AT
+
+if TYPE_CHECKING:  # a daemon without TLS never imports ssl (agentd.base.openssl_gate)
+    import ssl
 
 
 @dataclasses.dataclass(frozen=True)

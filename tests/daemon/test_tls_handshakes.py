@@ -13,8 +13,8 @@ import pytest
 from agentd.daemon.connections import ServerLimits
 from agentd.daemon.http import build_app, start_server
 from agentd.daemon.webconfig import load_web_config, ssl_context
-from tests.security.test_webconfig import client_ctx, config_in, pki  # noqa: F401  (pki: fixture)
 from tests.daemon.test_http import Source, until, until_closed_by_server
+from tests.security.test_webconfig import client_ctx, config_in, pki  # noqa: F401  (pki: fixture)
 from tests.support import service_snapshots as fixtures
 
 TLS = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n"
