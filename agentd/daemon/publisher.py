@@ -24,11 +24,11 @@ from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
 from agentd.judging.baseline import Baseline
 from agentd.judging.lifecycle import Tracks, advance
-from agentd.judging.outputs import output_findings
+from agentd.judging.outputs import baseline_unreadable, output_findings
 from agentd.judging.staleness import stale_probe_names, with_staleness
 from agentd.model import Finding, NodeSnapshot, sort_findings
 from agentd.nccl.topo import topology_hash
-from agentd.outputs.baseline_store import BaselineError, load_baseline
+from agentd.outputs.baseline_store import BaselineError, BaselineUnreadable, load_baseline
 from agentd.outputs.evaluate import Evaluation, Evaluator, evaluate
 from agentd.outputs.writer import Writer, planned_files
 from agentd.records import FileStatus, ReloadStatus, TierRun
@@ -71,6 +71,8 @@ class Publisher:
         # The baseline path whose file was read (found, absent or invalid); until then no
         # new baseline is adopted, so a hung read never ends in overwriting a good one.
         self.baseline_read_from: Path | None = None
+        # Why the baseline file could not be read (EACCES, EIO, a hung read), or None.
+        self.baseline_unreadable: str | None = None
         self._write_lane = Lane("writer")
         self._baseline_lane = Lane("baseline")
         self._baseline_read: tuple[Path, Future[Baseline | None]] | None = None
@@ -98,20 +100,32 @@ class Publisher:
         try:
             b = await await_future(pending[1], timeout_s)
         except TimeoutError:
-            self.log.error("baseline.read_timeout", path=str(path), timeout_s=timeout_s, effect="no new baseline is adopted until it can be read")
+            self._unreadable(path, f"the read did not finish within {timeout_s:g} s (hung filesystem?)")
             return
-        except BaselineError as e:
+        except BaselineUnreadable as e:
+            self._unreadable(path, str(e))
+            return
+        except BaselineError as e:  # content that does not parse: nothing in it can be used
             self.log.error("baseline.invalid", error=str(e), effect="the next healthy collection replaces it")
             b = None
         except Exception as e:
-            b = None
-            self.log.error("baseline.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="the next healthy collection replaces it")
+            self._unreadable(path, f"{type(e).__name__}: {e}")
+            return
         finally:
             if pending[1].done():
                 self._baseline_read = None
         if b is not None:
             self.log.info("baseline.loaded", path=str(path))
-        self.baseline, self.baseline_read_from = b, path
+        self.baseline, self.baseline_read_from, self.baseline_unreadable = b, path, None
+
+    def _unreadable(self, path: Path, error: str) -> None:
+        """A baseline that is there but cannot be read may hold a GPU lost since it was
+        taken: it is left alone (no new one is adopted over it), said as a finding
+        (``baseline.unreadable``), and read again at the next collection."""
+        if self.baseline_unreadable != error:
+            self.log.error("baseline.unreadable", path=str(path), error=error,
+                           effect="it is left alone: no new baseline is adopted and lost devices are not judged until it can be read")
+        self.baseline, self.baseline_read_from, self.baseline_unreadable = None, None, error
 
     async def judge(self, snapshot_job: Callable[[], NodeSnapshot], history: History, config: AgentConfig,
                     steady: Callable[[], NodeSnapshot | None] | None = None) -> tuple[NodeSnapshot, Evaluation]:
@@ -216,7 +230,7 @@ class Publisher:
         wanted = [(name, str(path)) for name, path, _ in planned_files(ev, config)]
         if config.paths.nfd_features is not None:
             wanted.append(("nfd-features", str(config.paths.nfd_features)))
-        if self.baseline is None and ev.new_baseline is not None:
+        if self.baseline is None and ev.new_baseline is not None and self.baseline_read_from == config.paths.baseline:
             wanted.append(("baseline", str(config.paths.baseline)))
         known = {s.name: s for s in self.writer.statuses()}
         out = []
@@ -254,6 +268,8 @@ class Publisher:
         )  # fmt: skip
         topo_problems = getattr(ev.render, "topo_problems", ()) if ev.render is not None else ()
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
+        if self.baseline_unreadable is not None:
+            extra.append(baseline_unreadable(str(ctx.config.paths.baseline), self.baseline_unreadable))
         if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)
             life = advance(self.extra_tracks, extra, now=snap.taken_at, settings=ctx.config.lifecycle,
                            booted_at=snap.system.booted_at)
