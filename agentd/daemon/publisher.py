@@ -100,7 +100,7 @@ class Publisher:
         try:
             b = await await_future(pending[1], timeout_s)
         except TimeoutError:
-            self._unreadable(path, f"the read did not finish within {timeout_s:g} s (hung filesystem?)")
+            self._unreadable(path, f"the read did not finish within {timeout_s:g} s (hung filesystem?)", "baseline.read_timeout")
             return
         except BaselineUnreadable as e:
             self._unreadable(path, str(e))
@@ -118,12 +118,12 @@ class Publisher:
             self.log.info("baseline.loaded", path=str(path))
         self.baseline, self.baseline_read_from, self.baseline_unreadable = b, path, None
 
-    def _unreadable(self, path: Path, error: str) -> None:
+    def _unreadable(self, path: Path, error: str, event: str = "baseline.unreadable") -> None:
         """A baseline that is there but cannot be read may hold a GPU lost since it was
         taken: it is left alone (no new one is adopted over it), said as a finding
         (``baseline.unreadable``), and read again at the next collection."""
         if self.baseline_unreadable != error:
-            self.log.error("baseline.unreadable", path=str(path), error=error,
+            self.log.error(event, path=str(path), error=error,
                            effect="it is left alone: no new baseline is adopted and lost devices are not judged until it can be read")
         self.baseline, self.baseline_read_from, self.baseline_unreadable = None, None, error
 
@@ -230,7 +230,7 @@ class Publisher:
         wanted = [(name, str(path)) for name, path, _ in planned_files(ev, config)]
         if config.paths.nfd_features is not None:
             wanted.append(("nfd-features", str(config.paths.nfd_features)))
-        if self.baseline is None and ev.new_baseline is not None and self.baseline_read_from == config.paths.baseline:
+        if self.baseline is None and ev.new_baseline is not None:
             wanted.append(("baseline", str(config.paths.baseline)))
         known = {s.name: s for s in self.writer.statuses()}
         out = []
