@@ -80,19 +80,34 @@ class HostRoot:
     manifest: Mapping[str, Any] | None = field(default=None, compare=False)
     # Told of every path read, listed, tested or followed (``agentd capture``); None: off.
     recorder: ReadRecorder | None = field(default=None, compare=False, repr=False)
+    # Why the root's recording (``.agentd/``) is there but its answers are not read (a
+    # manifest of a newer version, damaged, not a manifest); None: there is none, or it is read.
+    unread_recording: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode is None:
             mode, reason, answers, manifest = detect_mode(self.root)
             for k, v in (("mode", mode), ("mode_reason", reason), ("answers", answers), ("manifest", manifest)):
                 object.__setattr__(self, k, v)
+            object.__setattr__(self, "unread_recording", unread_recording(self.root))
 
     @classmethod
     def at(cls, root: str | os.PathLike[str], mode: str = "auto") -> "HostRoot":
         """The host root at ``root`` (symlinks resolved), its mode detected (``auto``) or
         as configured (``live``, ``offline``, ``simulated``)."""
         real = Path(os.path.realpath(root))
-        return cls(real, *detect_mode(real, mode))
+        return cls(real, *detect_mode(real, mode), unread_recording=unread_recording(real))
+
+    def unjudgeable(self) -> str | None:
+        """Why judging this root would be wrong, or None: a root that is not live whose
+        recording this agentd cannot read (a newer agentd's capture, a damaged manifest)
+        would be judged without its recorded answers (NVML, ethtool, DCB, uname), and a
+        sick node it recorded (a lost GPU, a down NVLink) would look healthy."""
+        if self.is_live or self.unread_recording is None:
+            return None
+        return (f"host root {self.root} holds a recording this agentd cannot read ({self.unread_recording}): "
+                "judged without its recorded answers (NVML, ethtool, DCB), a sick node would look healthy; "
+                "use an agentd that reads it (`agentd inspect` still shows the files)")
 
     @property
     def is_live(self) -> bool:
@@ -169,6 +184,14 @@ def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str
     if os.path.isdir(root / recorded.LEGACY_DIR) and not os.path.islink(root / recorded.LEGACY_DIR):
         return recorded.LEGACY_DIR, None, None
     return None, None, None
+
+
+def unread_recording(root: Path) -> str | None:
+    """Why the recording under ``root`` is not read: a ``.agentd/manifest.json`` that this
+    agentd does not read (a newer version, damaged, not a manifest); None when there is
+    none or it is read."""
+    answers, _, problem = _recorded_dir(root)
+    return problem if answers is None else None
 
 
 def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, Any] | None]:
