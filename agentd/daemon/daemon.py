@@ -509,8 +509,11 @@ class Daemon:
             scope = item.get("scope") if isinstance(item, dict) else None
             if isinstance(scope, str) and scope in by_scope:
                 by_scope[scope].append(item)
-        self.publisher.evaluator.tracks = Tracks.from_json(by_scope["checks"])
-        self.publisher.extra_tracks = Tracks.from_json(by_scope["outputs"])
+        # persisted stamps become ages on the monotonic clock the evaluations use; one in
+        # the future (written while the wall clock was ahead) counts as now
+        now, mono = time.time(), time.monotonic()
+        self.publisher.evaluator.tracks = Tracks.from_json(by_scope["checks"], now=now, clock=mono)
+        self.publisher.extra_tracks = Tracks.from_json(by_scope["outputs"], now=now, clock=mono)
 
     def _lifecycle_mark(self) -> Any:
         """What changes when an episode starts, counts or ends (not every sighting)."""

@@ -272,7 +272,7 @@ class Publisher:
             extra.append(baseline_unreadable(str(ctx.config.paths.baseline), self.baseline_unreadable))
         if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)
             life = advance(self.extra_tracks, extra, now=snap.taken_at, settings=ctx.config.lifecycle,
-                           booted_at=snap.system.booted_at)
+                           booted_at=snap.system.booted_at, clock=mono)
             self.extra_tracks, extra = life.tracks, list(life.findings)
         base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
         findings, _ = with_staleness(base, snap, ctx.stale_limits, mono)

@@ -35,7 +35,9 @@ class Evaluation:
     nccl_file_problems: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     new_baseline: Baseline | None = None
     tracks: Tracks = field(default_factory=Tracks)  # the lifecycle's, for the next evaluation
-    deadline: float | None = None  # unix time the lifecycle changes on its own (agentd.judging.lifecycle.Outcome)
+    # when the lifecycle changes on its own, on the clock ``evaluate`` was given (the
+    # monotonic clock in the daemon; agentd.judging.lifecycle.Outcome)
+    deadline: float | None = None
 
     def blocked(self, file: str) -> tuple[str, ...]:
         """Why the NCCL file labelled ``file`` must not be written now (empty: write it)."""
@@ -48,13 +50,14 @@ RenderFn = Callable[[NodeSnapshot, Sequence[Finding], AgentConfig, HcaRoles], Nc
 
 
 def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *,
-             render: RenderFn = render_all, tracks: Tracks | None = None) -> Evaluation:
+             render: RenderFn = render_all, tracks: Tracks | None = None, clock: float | None = None) -> Evaluation:
     """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does), apply the
-    lifecycle at the snapshot's time (``tracks``: the previous evaluation's) and render the
-    NCCL files from the findings that count."""
+    lifecycle at the snapshot's time (``tracks``: the previous evaluation's; ``clock``: the
+    clock episodes age on, default the snapshot's wall time) and render the NCCL files from
+    the findings that count."""
     j = judge(snap, history, config, baseline)
     life = advance(tracks if tracks is not None else Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle,
-                   booted_at=snap.system.booted_at)
+                   booted_at=snap.system.booted_at, clock=clock)
     ev = Evaluation(
         findings=life.findings,
         status=overall_status(life.findings),
@@ -114,7 +117,7 @@ class Evaluator:
             pcfg is config
             and pbase is baseline
             and now - at < refresh_s
-            and (ev.deadline is None or snap.taken_at < ev.deadline)
+            and (ev.deadline is None or now < ev.deadline)
             and all(getattr(snap, f) is getattr(psnap, f) for f in _CONTENT)
             and _probe_flags(snap) == _probe_flags(psnap)
         ):
@@ -127,8 +130,8 @@ class Evaluator:
         if reused is not None:
             self.hits += 1
             return reused
-        if self.fn is evaluate:
-            ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks)
+        if self.fn is evaluate:  # episodes age on the monotonic clock: a wall-clock step moves none of them
+            ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks, clock=now)
         else:
             ev = self.fn(snap, history, config, baseline)
         self.tracks = ev.tracks
