@@ -79,7 +79,9 @@ def port_types(chain: list[PciDevice | None]) -> list[tuple[str | None, bool]]:
     below the root complex is a root port, below a root port or a switch's downstream port
     sits a switch's upstream port, below an upstream port that switch's downstream ports.
     A bridge whose config space was read whole and has no type (a PCI bridge), or that is
-    not in the snapshot, stops the inference below it."""
+    not in the snapshot, stops the inference below it. (agentd.host.topology names GPU-NIC
+    distances by the same alternation wherever a type is unknown: a distance must always
+    be named, while a link is judged only where the tree leaves no doubt.)"""
     out: list[tuple[str | None, bool]] = []
     above: str | None = None
     for i, b in enumerate(chain):
