@@ -23,7 +23,8 @@ checks: ib ``_seen_active``/``_flaps``/``_state_unread``/``_reset``, ib_counters
 saturation, nvlink error rates, roce pause-storm and CNP rates, PCIe AER and replay rates and
 link retrains): per IB port its number,
 state, phys_state, link layer, netdev and every counter and hw_counter; per netdev its
-operstate, carrier and the ``{rx,tx}_prio<N>_pause`` ethtool statistics; per NVLink its
+operstate, carrier, carrier change counts (RoCE flaps) and the ``{rx,tx}_prio<N>_pause``
+ethtool statistics; per NVLink its
 number, state and error counters; per GPU its PCIe replay counter; per PCI function with AER
 counters its PcieAer (shared while equal) and current link speed and width. Counter tables become ``Counters``: read-only mappings
 whose names are shared between entries and whose values are packed in an array (8 bytes a
@@ -36,7 +37,8 @@ Aged entries. Counters are read only within the rate windows (``thresholds.rate_
 and ``short_rate_window_s``), but the history reaches back ``history_size`` entries (at
 the defaults one per 5 min beyond the window: ~2.5 days) for flaps, seen-active and
 kernel events. Once a compact entry is older than every counter window it is aged
-(``Compactor.aged``): IB port states with ``link_downed``, netdev and NVLink states, GPU
+(``Compactor.aged``): IB port states with ``link_downed``, netdev states with their carrier
+change counts, NVLink states, GPU
 PCIe replay counts, and the PCI functions whole, the rest dropped. Parts equal to the
 previous aged entry's are its very objects: on a busy node, where every compact entry's
 counters differ, a run of aged entries with the same link states and ``link_downed``
@@ -186,12 +188,19 @@ class HcaEntry:
 
 
 class NetdevEntry:
-    """What the history's readers use of a Netdev: link state and the PFC pause counters."""
+    """What the history's readers use of a Netdev: link state, the carrier change counts
+    (RoCE flaps between polls) and the PFC pause counters."""
 
-    __slots__ = ("name", "operstate", "carrier", "ethtool")
+    __slots__ = ("name", "operstate", "carrier", "carrier_changes", "carrier_down_count", "ethtool")
 
     def __init__(self, n: Netdev, ethtool: Mapping[str, int] | None):
         self.name, self.operstate, self.carrier, self.ethtool = n.name, n.operstate, n.carrier, ethtool
+        self.carrier_changes, self.carrier_down_count = n.carrier_changes, n.carrier_down_count
+
+    def same_link(self, n: Any) -> bool:
+        """Whether ``n`` (a Netdev or an entry) has this entry's link state and carrier counts."""
+        return (self.operstate, self.carrier, self.carrier_changes, self.carrier_down_count) == (
+            n.operstate, n.carrier, n.carrier_changes, n.carrier_down_count)
 
 
 class LinkEntry:
@@ -290,7 +299,7 @@ class Compactor:
         eth = None
         if n.ethtool is not None:
             eth = self.table({k: n.ethtool[k] for k in _PAUSE if k in n.ethtool}, prev.ethtool if prev else None)
-        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is eth:
+        if prev is not None and prev.same_link(n) and prev.ethtool is eth:
             return prev
         return NetdevEntry(n, eth)
 
@@ -356,7 +365,7 @@ class Compactor:
         return prev if prev is not None and prev.key() == e.key() else e
 
     def _aged_netdev(self, n: NetdevEntry, prev: NetdevEntry | None) -> NetdevEntry:
-        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is None:
+        if prev is not None and prev.same_link(n) and prev.ethtool is None:
             return prev
         return NetdevEntry(n, None)  # type: ignore[arg-type]
 
@@ -369,8 +378,8 @@ class Compactor:
     def aged(self, s: NodeSnapshot, prev: NodeSnapshot | None) -> NodeSnapshot:
         """A compact entry ``s`` as it is kept once it is older than every counter window
         (``prev``: the aged entry before it, or None). Only what the checks read of such an
-        entry stays: IB port states with ``link_downed`` (flaps, seen-active), netdev and
-        NVLink states, GPUs' PCIe replay counts, and the PCI functions whole (AER presence,
+        entry stays: IB port states with ``link_downed`` (flaps, seen-active), netdev
+        states with their carrier change counts (RoCE flaps), NVLink states, GPUs' PCIe replay counts, and the PCI functions whole (AER presence,
         link retrains). Parts equal to ``prev``'s are its very objects, so a steady run of
         old entries shares everything while every counter on the node moves."""
         ph: dict[str, Any] = {h.name: h for h in prev.hcas} if prev is not None else {}
@@ -513,12 +522,14 @@ class History:
 
     # -- persistence (agentd.outputs.history_store writes and reads the file) ----------
     def newest_mark(self) -> Hashable:
-        """Changes when a link of the newest entry changed state or a port's
-        ``link_downed`` rose: a flap the state file must hold at once."""
+        """Changes when a link of the newest entry changed state, a port's ``link_downed``
+        rose or a RoCE port's netdev lost its carrier: a flap the state file must hold at once."""
         if not self._items:
             return None
         s, sig = self._items[-1]
-        return sig, tuple((h.name, p.port, p.counters.get("link_downed")) for h in s.hcas for p in h.ports)
+        roce = {p.netdev for h in s.hcas for p in h.ports if p.link_layer == "Ethernet" and p.netdev}
+        return (sig, tuple((h.name, p.port, p.counters.get("link_downed")) for h in s.hcas for p in h.ports),
+                tuple((n.name, n.carrier_changes) for n in s.netdevs if n.name in roce))
 
     def export(self, now: float, *, flap_window_s: float, rate_window_s: float,
                max_entries: int = EXPORT_MAX_ENTRIES, rate_points: int = EXPORT_RATE_POINTS) -> list[dict[str, Any]]:
@@ -559,7 +570,8 @@ class History:
 # Entry: {"taken_at", "host_root", "host_mode", "nvml": {"available", "asked"},
 #         "hcas": [{"name", "ports": [{"port", "state", "phys_state", "link_layer", "netdev",
 #                                      "counters", "hw_counters"}]}],
-#         "netdevs": [{"name", "operstate", "carrier", "ethtool": {pause counters} | null}],
+#         "netdevs": [{"name", "operstate", "carrier", "carrier_changes", "carrier_down_count",
+#                      "ethtool": {pause counters} | null}],
 #         "gpus": [{"index", "pci_bus_id", "error", "pcie_replay_errors",
 #                   "nvlinks": [{"link", "state", "errors"}]}],
 #         "pci": [{"bdf", "aer": PcieAer | null, "current_link_speed", "current_link_width"}]}
@@ -594,7 +606,8 @@ def entry_json(s: NodeSnapshot, full: bool = True) -> dict[str, Any]:
         "taken_at": s.taken_at, "host_root": s.host_root, "host_mode": s.host_mode,
         "nvml": {"available": s.nvml.available, "asked": s.nvml.asked},
         "hcas": [{"name": h.name, "ports": [_port_json(p, full) for p in h.ports]} for h in s.hcas],
-        "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "ethtool": _pause(n.ethtool)} for n in s.netdevs] if full else [],
+        "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "carrier_changes": n.carrier_changes,
+                     "carrier_down_count": n.carrier_down_count, "ethtool": _pause(n.ethtool)} for n in s.netdevs] if full else [],
         "gpus": [{"index": g.index, "pci_bus_id": g.pci_bus_id, "error": g.error, "pcie_replay_errors": g.pcie_replay_errors,
                   "nvlinks": [{"link": x.link, "state": x.state, "errors": dict(x.errors)} for x in g.nvlinks]}
                  for g in s.nvml.gpus] if full else [],
