@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import types
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from agentd import cli, sim
 from agentd.judging.baseline import baseline_from
 from agentd.judging.checks.inventory import check_inventory
 from agentd.judging.roles import hca_roles
+from tests.support.check_runs import between_collections
 from tests.support.check_snapshots import cfg, inp, later, layout, node, problems, with_gpu, with_hca, without_gpu, without_hca
 from tests.support.recorded_baseline import baseline_of, record_baseline
 
@@ -44,17 +43,6 @@ def check(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tup
     rc = cli.main(["check", "--host-root", str(root), "--config", str(conf), "--format", "json"])
     found = json.loads(capsys.readouterr().out)["findings"]
     return rc, {(f["severity"], f["code"], f["subject"]) for f in found if f["code"].startswith("inventory.")}
-
-
-def between_collections(monkeypatch: pytest.MonkeyPatch, change) -> None:
-    """Run ``change`` where `agentd check` waits between its two collections."""
-    def sleep(s: float) -> None:
-        change()
-        time.sleep(s)
-
-    fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
-    fake.sleep = sleep
-    monkeypatch.setattr(cli, "time", fake)
 
 
 @pytest.mark.tree

@@ -13,14 +13,13 @@ advanced between them) and through the check over a history.
 from __future__ import annotations
 
 import json
-import time
-import types
 from pathlib import Path
 
 import pytest
 
 from agentd import cli, sim
 from agentd.judging.checks.ib import check_flapping
+from tests.support.check_runs import between_collections
 from tests.support.check_snapshots import cfg, inp, later, node, with_netdev
 
 NETDEV = "ens4np0"  # mlx5_3's on h100-roce
@@ -35,13 +34,7 @@ def _bump(root: Path, netdev: str, downs: int) -> None:
 
 
 def check(root: Path, tmp_path: Path, capsys, monkeypatch, between) -> tuple[int, dict[tuple[str, str], dict]]:
-    def sleep(s: float) -> None:
-        between()
-        time.sleep(s)
-
-    fake = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
-    fake.sleep = sleep
-    monkeypatch.setattr(cli, "time", fake)
+    between_collections(monkeypatch, between)
     conf = tmp_path / "agentd.toml"
     conf.write_text("[intervals]\ncheck_rate_window_s = 0.1\n[timeouts]\nnvml_s = 2\n")
     rc = cli.main(["check", "--host-root", str(root), "--config", str(conf), "--format", "json"])
