@@ -53,6 +53,25 @@ def test_a_device_gone_between_two_collections_is_a_warning_not_critical(root, t
     assert rc == 1  # degraded: seen once; the next collection confirms or clears it
 
 
+def _rename_hca(root: Path, old: str, new: str) -> None:
+    """RDMA device ``old`` renamed ``new`` at runtime (`rdma dev set old name new`): its
+    class entry and its directory under the PCI function."""
+    link = root / "sys/class/infiniband" / old
+    target = os.readlink(link)
+    (link.parent / target).resolve().rename((link.parent / target).resolve().with_name(new))
+    link.unlink()
+    (link.parent / new).symlink_to(target[: -len(old)] + new)
+
+
+@pytest.mark.tree
+def test_an_hca_renamed_between_two_collections_is_not_missing(root, tmp_path, capsys, monkeypatch):
+    """The fast tier knows the renamed device's bus id from its class entry's path, before
+    the slow tier reads its inventory: it is the baseline's HCA under another name."""
+    between_collections(monkeypatch, lambda: _rename_hca(root, "mlx5_5", "mlx5_15"))
+    rc, found = check(root, tmp_path, capsys)
+    assert found == set()
+
+
 @pytest.mark.tree
 def test_a_device_gone_in_both_collections_is_critical(root, tmp_path, capsys):
     sim.apply_fault(root, "nic_removed@mlx5_5")
