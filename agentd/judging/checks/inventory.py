@@ -20,8 +20,7 @@ judged here. A device the kernel answers ENOENT for is absent.
 
 Absence needs a second look, as ``ib.port.unreadable`` does: a device (or fewer GPUs than
 ``expect.gpus``) missing in this collection but seen in the previous one (a 1 ms rename
-race, a runtime rename the slow tier has not seen yet) is a warning; missing in two
-collections in a row, critical. With no earlier collection to compare (`agentd check`
+race) is a warning; missing in two collections in a row, critical. With no earlier collection to compare (`agentd check`
 with one collection, the daemon's first) it is critical at once: a check that cannot
 look twice must not hide a lost device.
 """
