@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import resource
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from agentd.config import AgentConfig
 from agentd.host.fs import MAX_OPEN_DIRS, SWEEP_AT
@@ -120,8 +120,9 @@ class _Tracked(asyncio.Protocol):
 
     def __init__(self, inner: asyncio.Protocol, limiter: ConnectionLimiter, tls: ssl.SSLContext | None = None):
         self.inner, self.limiter, self.admitted, self.tls = inner, limiter, False, tls
-        # Any: an asyncio transport (TCP, or the TLS one start_tls returns); they share no base with get_write_buffer_size
-        self.transport: Any = None
+        # set by connection_made, before the limiter holds it: the TCP transport, then (TLS)
+        # the one start_tls returns
+        self.transport: asyncio.Transport
         # TLS: whether the inner protocol was told of the connection; what arrived before that
         self.started = tls is None
         self._early: list[bytes] = []
@@ -153,8 +154,8 @@ class _Tracked(asyncio.Protocol):
         self.queued = queued
         return self.stall_since is not None and now - self.stall_since >= write_timeout_s
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's: socket or TLS, both Transports
         self.opened = self.progress = asyncio.get_running_loop().time()
         self.partial_since = self.opened  # the header timeout counts from the connect (and the handshake)
         self.admitted = self.limiter._admit(self)
@@ -163,9 +164,9 @@ class _Tracked(asyncio.Protocol):
         if self.tls is None:
             self.inner.connection_made(transport)
         else:
-            self._handshake = asyncio.ensure_future(self._start_tls(transport, self.tls))
+            self._handshake = asyncio.ensure_future(self._start_tls(self.transport, self.tls))
 
-    async def _start_tls(self, raw: Any, context: ssl.SSLContext) -> None:
+    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
         """The TLS handshake on an admitted TCP connection. It is aborted like any
         connection that owes its headers (the sweep, or an eviction at the cap); one that
         fails or was dropped meanwhile ends here, its fd closed."""

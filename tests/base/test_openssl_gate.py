@@ -23,6 +23,8 @@ from tests.security.test_webconfig import client_ctx, pki  # noqa: F401  (pki: f
 from tests.support.daemon_harness import Agent, config_text, metric_value, poll
 from tests.support.paths import REPO
 
+pytestmark = pytest.mark.proc
+
 ROOT = REPO
 
 PROBE = r"""

@@ -63,6 +63,7 @@ def _members(path: Path) -> dict[str, tarfile.TarInfo]:
         return {m.name: m for m in tar.getmembers()}
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("profile, faults", CASES, ids=[f"{p}-{'+'.join(f) or 'healthy'}" for p, f in CASES])
 def test_a_capture_of_a_simulated_node_replays_to_the_same_findings_and_inspect(tmp_path, capsys, profile, faults):
     assert {f.partition("@")[0] for f in faults} <= set(sim.FAULT_KINDS)
@@ -115,6 +116,7 @@ def test_a_capture_of_this_machine_replays_to_its_inspect_sections(tmp_path, cap
     assert recorded.NVML in manifest["answers"] and recorded.UNAME in manifest["answers"]
 
 
+@pytest.mark.tree
 def test_the_file_keeps_sysfs_symlinks_and_holds_only_files_directories_and_links(tmp_path, capsys):
     cfg = _config(tmp_path)
     root = sim.build_tree("h100-roce", tmp_path / "node")
@@ -134,19 +136,7 @@ def test_the_file_keeps_sysfs_symlinks_and_holds_only_files_directories_and_link
     assert "PFC configuration:" in text
 
 
-def test_an_older_simulator_tree_is_captured_in_the_new_format(tmp_path, capsys):
-    cfg = _config(tmp_path)
-    root = sim.build_tree("h100-roce", tmp_path / "node")
-    (root / recorded.MANIFEST).unlink()
-    (root / recorded.DIR / recorded.SIMULATION).unlink()
-    (root / recorded.DIR).rename(root / recorded.LEGACY_DIR)
-    before = _check(capsys, cfg, root)
-    out = tmp_path / "c.tgz"
-    assert _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out))[0] == 0
-    assert not any(n.startswith(recorded.LEGACY_DIR) for n in _members(out))
-    assert _check(capsys, cfg, out) == before
-
-
+@pytest.mark.tree
 def test_odd_bytes_in_names_survive_the_round_trip(tmp_path, capsys):
     cfg = _config(tmp_path)
     root = odd_tree(tmp_path / "node")
@@ -203,6 +193,7 @@ def test_not_a_capture_is_a_usage_error(tmp_path, capsys):
     assert code == 3 and "not a capture" in err
 
 
+@pytest.mark.tree
 def test_a_redacted_capture_hides_identities_and_replays_to_the_same_findings(tmp_path, capsys):
     cfg = _config(tmp_path)
     root = sim.build_tree("h100-roce", tmp_path / "node", faults=["port_down", "pfc_off"])
@@ -226,6 +217,7 @@ def test_a_redacted_capture_hides_identities_and_replays_to_the_same_findings(tm
     assert after == before
 
 
+@pytest.mark.tree
 def test_a_capture_keeps_the_qos_chain_and_version_inputs(tmp_path, capsys):
     """What the RoCE QoS chain and the version fingerprint read (issue 17): the tclass
     override and sm_sl of every port, /etc/nccl.conf, the mlx5_core version, libibverbs'

@@ -105,6 +105,7 @@ def roce(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Redactor
     return src, base / "dst", r
 
 
+@pytest.mark.tree
 def test_no_identity_survives_anywhere(roce: tuple[Path, Path, Redactor]) -> None:
     src, dst, r = roce
     before = identities(files_of(src))
@@ -188,6 +189,7 @@ def test_readers_see_the_same_node_modulo_the_mapping(roce: tuple[Path, Path, Re
     assert [(f.code, f.severity, f.subject) for f in fa] == [(f.code, f.severity, f.subject) for f in fb]
 
 
+@pytest.mark.tree
 def test_ib_guid_in_node_guid_and_gid_maps_alike(tmp_path: Path) -> None:
     src = sim.build_tree("h100-ib", tmp_path / "src")
     r = Redactor(KEY, hostnames=["sim-h100-ib-01"])
@@ -321,7 +323,7 @@ def test_pci_device_serial_number_maps_as_the_guid(roce: tuple[Path, Path, Redac
         ("proc/sys/kernel/hostname", b"gpu02.\n"),
         ("proc/sys/kernel/hostname", b"a b.c\n"),
         ("some/blob", bytes(range(256)) * 64),
-        ("proc/x", (b"a0:88:c2:45:5f:43 fe80::1:2:3 ::: 1:2:3:4:5:6:7:8:9 999.1.1.1 " * 40000)),
+        pytest.param("proc/x", (b"a0:88:c2:45:5f:43 fe80::1:2:3 ::: 1:2:3:4:5:6:7:8:9 999.1.1.1 " * 40000), marks=pytest.mark.slow),
     ],
 )
 def test_hostile_input_never_raises(path: str, data: bytes) -> None:

@@ -31,6 +31,7 @@ def _port_down(doc: dict) -> dict:
     return f
 
 
+@pytest.mark.tree
 def test_a_node_that_just_booted_is_in_grace_and_one_up_for_an_hour_is_not(tmp_path, capsys):
     root = sim.build_tree("h100-ib", tmp_path / "root", faults=["port_down@mlx5_0"], booted_ago_s=30)
     cfg = _config(tmp_path, 600)
@@ -43,6 +44,7 @@ def test_a_node_that_just_booted_is_in_grace_and_one_up_for_an_hour_is_not(tmp_p
     assert code == 2 and _port_down(doc)["withheld"] is None
 
 
+@pytest.mark.tree
 def test_a_capture_replays_with_its_own_boot_time(tmp_path, capsys):
     root = sim.build_tree("h100-ib", tmp_path / "root", faults=["port_down@mlx5_0"], booted_ago_s=30)
     cfg = _config(tmp_path, 600)

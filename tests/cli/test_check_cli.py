@@ -1,8 +1,10 @@
 """`agentd check`: the CLI contract Slurm, cron and humans rely on (issue 3).
 
-Runs the real command in a subprocess on simulated nodes: exit 0 ok, 1 degraded,
-2 critical, 3 could not run (reason on stderr); JSON sorted by severity; one text line
-a finding; the inventory baseline survives between runs.
+On simulated nodes: exit 0 ok, 1 degraded, 2 critical, 3 could not run (reason on
+stderr); JSON sorted by severity; one text line a finding; the inventory baseline survives
+between runs. The contract as Slurm sees it (a process with a bare environment, a hung
+NVML, a baseline that only the file remembers) runs the real command in a subprocess;
+what is about the output runs the command in this process.
 """
 
 from __future__ import annotations
@@ -15,15 +17,23 @@ from pathlib import Path
 import pytest
 
 from agentd import sim
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.tree
 
 HANG_GUARD_S = 120  # a guard against a wedged test, not a timing assertion
 
 
 def run_check(root: Path, cfg: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The real command, as Slurm's HealthCheckProgram starts it."""
     return subprocess.run(
         [sys.executable, "-m", "agentd", "check", "--host-root", str(root), "--config", str(cfg), *extra],
         capture_output=True, text=True, timeout=HANG_GUARD_S, env={"PATH": "/usr/bin:/bin"},
     )
+
+
+def check_here(root: Path, cfg: Path, *extra: str):
+    return run_cli("check", "--host-root", str(root), "--config", str(cfg), *extra)
 
 
 @pytest.fixture
@@ -42,6 +52,7 @@ state_dir = "{tmp_path / 'state'}"
     return root, cfg, tmp_path / "state" / "baseline.json"
 
 
+@pytest.mark.proc
 def test_healthy_node_exits_0(node):
     root, cfg, baseline = node
     p = run_check(root, cfg, "--format", "json")
@@ -57,14 +68,14 @@ def test_critical_fault_exits_2_json_and_text(node):
     root, cfg, _ = node
     sim.apply_fault(root, "port_down@mlx5_3")
     sim.apply_fault(root, "pcie_downtrained")
-    p = run_check(root, cfg, "--format", "json")
+    p = check_here(root, cfg, "--format", "json")
     assert p.returncode == 2
     doc = json.loads(p.stdout)
     assert doc["status"] == "critical"
     sev = [f["severity"] for f in doc["findings"]]
     assert sev == sorted(sev, key=["critical", "warning", "ok"].index)
     assert (doc["findings"][0]["code"], doc["findings"][0]["subject"]) == ("ib.port.down", "mlx5_3:1")
-    t = run_check(root, cfg)
+    t = check_here(root, cfg)
     lines = t.stdout.splitlines()
     assert t.returncode == 2 and lines[0] == "critical"
     assert lines[1].startswith("critical ib.port.down mlx5_3:1: ")
@@ -75,10 +86,11 @@ def test_critical_fault_exits_2_json_and_text(node):
 def test_warning_only_exits_1(node):
     root, cfg, _ = node
     sim.apply_fault(root, "pcie_downtrained")
-    p = run_check(root, cfg)
+    p = check_here(root, cfg)
     assert p.returncode == 1 and p.stdout.splitlines()[0] == "degraded"
 
 
+@pytest.mark.proc
 def test_hung_nvml_is_a_probe_finding_not_a_hang(node):
     root, cfg, _ = node
     sim.apply_fault(root, "nvml_hang=3600")
@@ -92,7 +104,7 @@ def test_invalid_config_exits_3_naming_the_key(node, tmp_path):
     root, _, _ = node
     bad = tmp_path / "bad.toml"
     bad.write_text("[expect]\ngpus = 'eight'\nbogus = 1\n")
-    p = run_check(root, bad)
+    p = check_here(root, bad)
     assert p.returncode == 3 and p.stdout == ""
     assert "expect.gpus" in p.stderr and "expect.bogus: unknown key" in p.stderr
 
@@ -103,10 +115,11 @@ def test_unusable_host_root_exits_3(node, tmp_path, what):
     root = tmp_path / "nowhere"
     if what == "no-sys":
         root.mkdir()
-    p = run_check(root, cfg)
+    p = check_here(root, cfg)
     assert p.returncode == 3 and "host root" in p.stderr
 
 
+@pytest.mark.proc
 def test_baseline_survives_restarts_and_catches_removed_devices(node):
     """On a root that is not the node the baseline is the one recorded with it (as
     `agentd capture` keeps the node's), read-only (docs/node-state.md)."""

@@ -59,6 +59,7 @@ EXPECTED_PROFILE = {
 }
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("profile", sorted(sim.PROFILES))
 def test_profile_round_trips(profile, tmp_path, capsys):
     root = sim.build_tree(profile, tmp_path / "root")
@@ -179,6 +180,7 @@ def test_every_fault_kind_is_covered():
     assert set(FAULTS) == set(sim.FAULT_KINDS)
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("kind", sorted(FAULTS))
 def test_fault_round_trips(kind, tmp_path, capsys):
     profile, shows_fault = FAULTS[kind]

@@ -1,24 +1,20 @@
-"""`agentd topology`: the placement, the Slurm block line and the merge, run as a site runs
-them (a subprocess on a simulated node; the merge reading stdin and files)."""
+"""`agentd topology`: the placement, the Slurm block line and the merge, on a simulated node
+(the command in this process; the merge reading stdin and files)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentd import sim
+from tests.support.cli import Ran, run_cli
 
-HANG_GUARD_S = 120  # a guard against a wedged test, not a timing assertion
 
-
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentd", "topology", *args], capture_output=True, text=True, input=stdin,
-                          timeout=HANG_GUARD_S, env={"PATH": "/usr/bin:/bin"})
+def run(*args: str, stdin: str | None = None) -> Ran:
+    return run_cli("topology", *args, stdin=stdin)
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +26,7 @@ def h100(tmp_path_factory) -> tuple[Path, Path]:
     return root, cfg
 
 
+@pytest.mark.tree
 def test_json_has_the_rails_and_the_hash(h100) -> None:
     root, cfg = h100
     p = run("--host-root", str(root), "--config", str(cfg), "--format", "json")
@@ -76,9 +73,9 @@ def test_nodes_lines_through_pdsh_and_merge(h100, tmp_path) -> None:
     merged = run("--slurm-merge", stdin="\n".join(outputs + tray) + "\n")
     assert merged.returncode == 0, merged.stderr
     assert [line for line in merged.stdout.splitlines() if not line.startswith("#")] == [
+        "BlockName=nvl-3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d-32766 Nodes=tray[1-3]",
         "BlockName=node-gpu2 Nodes=gpu2",
         "BlockName=node-gpu10 Nodes=gpu10",
-        "BlockName=nvl-3f1c9a52-7d4e-4b8a-9c21-5e6f7a8b9c0d-32766 Nodes=tray1,tray2,tray3",
     ]
     # files, and a merged file merged again, give the same topology.conf
     (tmp_path / "a").write_text("\n".join(outputs) + "\n")

@@ -28,6 +28,7 @@ def _collector(root: Path) -> Collector:
     return Collector(HostRoot.at(root), AgentConfig())
 
 
+@pytest.mark.tree
 def test_steady_node_keeps_every_file_probes_output_and_snapshot_content(tree: Path) -> None:
     c = _collector(tree)
     c.run_sync()
@@ -52,6 +53,7 @@ def test_steady_node_keeps_every_file_probes_output_and_snapshot_content(tree: P
         assert getattr(snap2, part) is getattr(snap1, part), part
 
 
+@pytest.mark.tree
 def test_a_changed_file_is_read_in_full_and_reported(tree: Path, tmp_path: Path) -> None:
     root = Path(sim.build_tree("h100-ib", tmp_path / "root"))
     c = _collector(root)
@@ -74,6 +76,7 @@ def test_a_changed_file_is_read_in_full_and_reported(tree: Path, tmp_path: Path)
     assert restored.state.upper().endswith("ACTIVE")
 
 
+@pytest.mark.tree
 def test_a_new_directory_entry_is_seen(tmp_path: Path) -> None:
     root = Path(sim.build_tree("h100-ib", tmp_path / "root"))
     c = _collector(root)
@@ -87,6 +90,7 @@ def test_a_new_directory_entry_is_seen(tmp_path: Path) -> None:
     assert [e.kind for e in out.errors if e.path.endswith("not-a-bus-id")] == ["unparsable"]
 
 
+@pytest.mark.tree
 def test_a_dependency_that_changed_makes_the_dependent_read_in_full(tmp_path: Path) -> None:
     root = Path(sim.build_tree("h100-roce", tmp_path / "root"))
     c = _collector(root)
@@ -147,6 +151,7 @@ def _quick(c: Collector, names: list[str]) -> None:
     asyncio.run(c.run(names, quick=True))
 
 
+@pytest.mark.tree
 def test_a_quick_check_reads_only_the_signals_and_the_whole_journal_when_due(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import agentd.collection.collector as col
 
@@ -183,6 +188,7 @@ def test_a_quick_check_reads_only_the_signals_and_the_whole_journal_when_due(tmp
     assert not c.outputs["netdev"].reused and _mtu(c, "ib0") == 4092
 
 
+@pytest.mark.tree
 def test_a_quick_check_sees_a_flap_between_two_cycles(tmp_path: Path) -> None:
     """The carrier went down and up again between two checks: state reads the same, the
     kernel's carrier_changes count does not."""

@@ -53,6 +53,7 @@ def _collector(root: Path, probe_s: float = 5.0) -> Collector:
     return Collector(HostRoot.at(root), AgentConfig(timeouts={"probe_s": probe_s}))
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_phase_s_file_probes_are_one_hand_off(tree: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     import asyncio

@@ -81,6 +81,7 @@ def _busy_sequence(layer: str, steps: int):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rate_window_s", [600.0, 120.0])
 def test_compact_entries_judge_like_the_snapshots_they_replace(rate_window_s):
     """Every check that reads the history finds the same with the compact entries as with

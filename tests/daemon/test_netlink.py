@@ -217,6 +217,7 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 to create a veth pair")
 async def test_a_live_veth_carrier_loss_arrives():
     a, b = f"agtl{os.getpid() % 100000}a", f"agtl{os.getpid() % 100000}b"

@@ -131,6 +131,7 @@ def test_this_machine():
         assert info.booted_at is not None and 0 < info.booted_at <= time.time()
 
 
+@pytest.mark.tree
 def test_a_simulated_node_booted_three_days_before_its_build(tmp_path):
     t0 = time.time()
     root = sim.build_tree("h100-ib", tmp_path / "node")
@@ -142,6 +143,7 @@ def test_a_simulated_node_booted_three_days_before_its_build(tmp_path):
     assert uptime is not None and abs(uptime - sim.BOOTED_AGO_S) < 2 + (t1 - t0)
 
 
+@pytest.mark.tree
 def test_set_boot_time_moves_the_boot_of_an_existing_tree(tmp_path):
     root = sim.build_tree("pcie-4gpu", tmp_path / "node", booted_ago_s=0)
     host = HostRoot.at(root)
@@ -155,6 +157,7 @@ def test_set_boot_time_moves_the_boot_of_an_existing_tree(tmp_path):
     assert (root / "dev/kmsg").read_bytes() == b""
 
 
+@pytest.mark.tree
 def test_set_boot_time_refuses_what_is_not_a_simulator_root(tmp_path):
     with pytest.raises(ValueError, match="not a simulator root"):
         sim.set_boot_time(tmp_path, 1_700_000_000)
@@ -163,6 +166,7 @@ def test_set_boot_time_refuses_what_is_not_a_simulator_root(tmp_path):
         sim.set_boot_time(root, float("nan"))
 
 
+@pytest.mark.tree
 def test_simulate_booted_ago(tmp_path, capsys):
     out = tmp_path / "node"
     assert main(["simulate", "--profile", "pcie-4gpu", "--out", str(out), "--booted-ago", "120"]) == 0
@@ -174,6 +178,7 @@ def test_simulate_booted_ago(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.tree
 def test_a_kernel_fault_on_a_node_up_for_days_is_dated_now(tmp_path):
     """Records the simulator appends come after the tree's uptime, so a reader that dates
     them by it (agentd.host.kernel_log) sees them as just logged."""
@@ -183,6 +188,7 @@ def test_a_kernel_fault_on_a_node_up_for_days_is_dated_now(tmp_path):
     assert uptime is not None and int(first.split(",")[2]) / 1e6 > uptime
 
 
+@pytest.mark.tree
 def test_a_capture_keeps_the_boot_time(tmp_path, capsys):
     root = sim.build_tree("pcie-4gpu", tmp_path / "node")
     sim.set_boot_time(root, 1_700_000_000)

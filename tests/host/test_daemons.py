@@ -95,6 +95,7 @@ def test_the_scan_is_bounded(tmp_path, monkeypatch):
 # the collector's probe
 
 
+@pytest.mark.tree
 def test_probe_is_slow_and_scans_only_nodes_with_nvidia_devices(tmp_path):
     assert PROBE_TIERS["daemons"] == "slow"
     gpu = proc(Path(sim.build_tree("h100-ib", tmp_path / "gpu")), {"1": b"systemd\n", "4242": b"nv-fabricmanage\n"})
@@ -113,6 +114,7 @@ def test_probe_is_slow_and_scans_only_nodes_with_nvidia_devices(tmp_path):
 # capture
 
 
+@pytest.mark.tree
 def test_a_capture_keeps_kthreadd_and_the_daemons_only(tmp_path, capsys):
     root = proc(Path(sim.build_tree("h100-ib", tmp_path / "node")), {"1": b"systemd\n", "77": b"sshd\n", "812": b"nv-fabricmanage\n", "900": b"nvidia-imex\n"})
     cfg = tmp_path / "agentd.toml"

@@ -46,6 +46,7 @@ def journal_of(root: Path) -> tuple[list[JournalEntry], int]:
     return ctx.journal, ctx.files_read
 
 
+@pytest.mark.tree
 def test_off_by_default(root: Path) -> None:
     ctx = ReadContext(HostRoot.at(root), "t")
     probes(ctx)

@@ -19,6 +19,7 @@ from agentd import sim
 from agentd.base import recorded
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.nvml import read_nvml
+from tests.support.cli import run_cli
 from tests.support.paths import REPO
 
 RUNNING_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -73,6 +74,7 @@ def test_a_boot_id_reached_through_a_symlink_out_of_the_root_does_not_make_it_li
     assert h.mode == "offline"
 
 
+@pytest.mark.tree
 def test_a_simulated_tree_is_simulated_and_reads_its_recorded_answers(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "node")
     h = HostRoot.at(root)
@@ -125,12 +127,13 @@ def test_the_configured_mode_wins_and_says_so(tmp_path):
         HostRoot.at("/", "sideways")
 
 
+@pytest.mark.tree
 def test_inspect_shows_the_mode_and_why(tmp_path):
     root = sim.build_tree("pcie-4gpu", tmp_path / "node")
-    out = subprocess.run([sys.executable, "-m", "agentd", "inspect", "--host-root", str(root), "--format", "json"], capture_output=True, text=True, timeout=120)
+    out = run_cli("inspect", "--host-root", str(root), "--format", "json")
     doc = json.loads(out.stdout)
     assert doc["host_mode"]["mode"] == "simulated" and "pcie-4gpu" in doc["host_mode"]["reason"]
-    text = subprocess.run([sys.executable, "-m", "agentd", "inspect", "--host-root", str(root)], capture_output=True, text=True, timeout=120).stdout
+    text = run_cli("inspect", "--host-root", str(root)).stdout
     assert "mode simulated: " in text
 
 
@@ -155,6 +158,7 @@ def _normalized(doc: dict) -> dict:
     return doc
 
 
+@pytest.mark.proc
 def test_inspect_through_a_bind_mounted_host_equals_inspect_of_slash(tmp_path):
     if shutil.which("unshare") is None or not Path("/proc/self/ns/mnt").exists():
         pytest.skip("needs unshare(1) to bind-mount /sys and /proc in a private mount namespace")
@@ -179,6 +183,7 @@ def test_inspect_through_a_bind_mounted_host_equals_inspect_of_slash(tmp_path):
     assert _normalized(through) == _normalized(direct)
 
 
+@pytest.mark.tree
 def test_a_copied_tree_without_recorded_answers_is_not_judged_nvml_blind(tmp_path):
     """NVIDIA GPUs on PCI and no NVML answer: on the node that is nvml.blind; in a copy of
     its sysfs nobody could ask NVML, which says nothing about the node."""

@@ -79,6 +79,7 @@ def snap(tree: Path) -> NodeSnapshot:
     return collect_once(HostRoot.at(tree), AgentConfig(timeouts={"nvml_s": 1}))
 
 
+@pytest.mark.tree
 def test_names_enter_the_model_losslessly(snap: NodeSnapshot) -> None:
     mlx5_0 = snap.hca("mlx5_0")
     assert mlx5_0 is not None and mlx5_0.ports[0].hw_counters.get("odd\udcffc") == 5
@@ -89,6 +90,7 @@ def test_names_enter_the_model_losslessly(snap: NodeSnapshot) -> None:
     assert mlx5_0 is not None and mlx5_0.ports[0].netdev == os.fsdecode(ODD_NETDEV)
 
 
+@pytest.mark.tree
 def test_roce_port_finds_its_odd_netdev_through_ndevs(tmp_path: Path) -> None:
     """A RoCE port names its netdev in gid_attrs/ndevs/<i>: a name, read as one."""
     tree = odd_tree(tmp_path / "root", "h100-roce", b"ens1np0")
@@ -108,6 +110,7 @@ def test_printable_and_json_escape_bytes_as_hex() -> None:
     assert doc == {"v\\xffx": ["v\\xffx", "\U0001f600", "a\\udcffb"]}  # an escape-looking literal is kept
 
 
+@pytest.mark.tree
 def test_metrics_render_as_utf8_with_escaped_labels(snap: NodeSnapshot) -> None:
     state = fixtures.state(snap=snap)
     text = state.metrics_bytes().decode("utf-8")  # UnicodeEncodeError before the fix
@@ -146,6 +149,7 @@ def test_inspect_json_escapes_names(tree: Path, capsys: pytest.CaptureFixture[st
     assert all("mlx5_\\xfe8" in g["nic_paths"] for g in doc["gpus"])
 
 
+@pytest.mark.proc
 def test_check_runs_and_names_stay_out_of_nccl(tree: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "agentd.toml"
     cfg.write_text(f'[timeouts]\nnvml_s = 1\n[paths]\nbaseline = "{tmp_path / "b.json"}"\nstate_dir = "{tmp_path}"\n')
@@ -187,6 +191,7 @@ def test_live_readers_address_an_odd_netdev_by_its_bytes() -> None:
     )
 
 
+@pytest.mark.tree
 def test_a_compute_hca_nccl_cannot_be_given_is_a_finding(tmp_path: Path) -> None:
     """mlx5_0 renamed to b"mlx5_\\xfe8" is still a compute HCA (inferred roles), left out of
     NCCL_IB_HCA by its name: that costs a warning naming it, escaped, not silence."""

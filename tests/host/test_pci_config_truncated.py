@@ -16,6 +16,8 @@ from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 from tests.support import service_snapshots as fixtures
 
+pytestmark = pytest.mark.tree
+
 T0 = 1_000_000.0
 UNPRIVILEGED = 64  # what pci_read_config() returns to an opener without CAP_SYS_ADMIN
 

@@ -151,6 +151,7 @@ def test_watched_functions_are_gpus_hcas_and_their_bridges():
     assert set(w) == expected
 
 
+@pytest.mark.tree
 def test_simulated_node_reads_aer_and_links(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
     c = Collector(HostRoot.at(root), AgentConfig(host_root=root))
@@ -165,6 +166,7 @@ def test_simulated_node_reads_aer_and_links(tmp_path):
     assert all(g.pcie_replay_errors == 0 for g in snap.nvml.gpus)
 
 
+@pytest.mark.tree
 def test_medium_probe_sees_a_counter_and_a_nic_retrain_without_the_slow_pci_probe(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
     c = Collector(HostRoot.at(root), AgentConfig(host_root=root))

@@ -101,6 +101,7 @@ def test_every_fault_kind_has_an_expectation():
     assert set(EXPECT) == set(sim.FAULT_KINDS)
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("profile", sorted(sim.PROFILES))
 def test_healthy_profiles_are_ok_without_warnings(profile, tmp_path):
     root = sim.build_tree(profile, tmp_path / "root")
@@ -116,6 +117,7 @@ def test_healthy_profiles_are_ok_without_warnings(profile, tmp_path):
     assert j.new_baseline is not None
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("kind", sorted(EXPECT))
 def test_fault_produces_its_finding_and_clears(kind, tmp_path):
     profile, spec, expected = EXPECT[kind]
@@ -160,6 +162,7 @@ def test_fault_produces_its_finding_and_clears(kind, tmp_path):
         assert expected not in triples(recovered.findings, include_ok=True)
 
 
+@pytest.mark.tree
 def test_an_application_xid_is_counted_and_leaves_the_node_ok(tmp_path):
     """xid=13@gpu0 (a job's illegal memory access): counted, never a finding."""
     root = sim.build_tree("h100-ib", tmp_path / "root")

@@ -64,6 +64,7 @@ def test_exposition_parses_and_follows_conventions(name, state):
             seen.add(key)
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package 'prometheus'; CI installs it)")
 @pytest.mark.parametrize("name,state", list(_states()), ids=[n for n, _ in _states()])
 def test_promtool_check_metrics_is_clean(name, state):

@@ -160,6 +160,7 @@ def test_h100_snapshot_without_the_new_fields_exports_no_fabric_series():
                                                         "agentd_nvlink_slow", "agentd_gpu_c2c", "agentd_fabric_daemon"))]
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package 'prometheus'; CI installs it)")
 def test_promtool_check_metrics_is_clean_with_every_fabric_series():
     unhealthy = HEALTHY.model_copy(update={"summary": "unhealthy", "route_unhealthy": True})

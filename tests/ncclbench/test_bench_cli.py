@@ -73,6 +73,8 @@ def bench(capsys, *argv: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 def test_ok_run_is_judged_saved_and_uses_the_env_file(node, capsys):
     rc, out, _ = bench(capsys, "--config", str(node.config), "--ops", "all_reduce", "--sizes", SIZES)
     assert rc == 0, out
@@ -86,6 +88,7 @@ def test_ok_run_is_judged_saved_and_uses_the_env_file(node, capsys):
     assert len(runs) == 1 and runs[0].status == "ok" and runs[0].env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
 
 
+@pytest.mark.proc
 def test_below_minimum_exit_1_with_findings_and_compare(node, capsys):
     assert bench(capsys, "--config", str(node.config), "--ops", "all_reduce", "--sizes", SIZES)[0] == 0
     node.prints("a3mega-h100x16-allreduce.txt")
@@ -103,6 +106,8 @@ def test_below_minimum_exit_1_with_findings_and_compare(node, capsys):
     assert rc == 0 and d8["before_gbps"] == 846.82 and d8["after_gbps"] == 338.82
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 def test_likely_causes_come_from_the_faulted_node(tmp_path, node, capsys):
     root = sim.build_tree("h100-ib", tmp_path / "faulted", faults=["rate_degraded@mlx5_2", "no_gdr"])
     text = node.config.read_text().replace(f'host_root = "{load_config(node.config).host_root}"', f'host_root = "{root}"')
@@ -115,6 +120,7 @@ def test_likely_causes_come_from_the_faulted_node(tmp_path, node, capsys):
     assert causes.index("gdr.") < causes.index("ib.port.rate_degraded")
 
 
+@pytest.mark.proc
 def test_json_format(node, capsys):
     rc, out, _ = bench(capsys, "--config", str(node.config), "--ops", "all_reduce", "--sizes", "8G", "--format", "json", "--no-save")
     doc = json.loads(out)
@@ -133,6 +139,7 @@ def busy(node):
     node.nvml.write_text(original)
 
 
+@pytest.mark.proc
 def test_busy_gpus_refuse_unless_forced(node, busy, capsys):
     rc, out, _ = bench(capsys, "--config", str(node.config), "--ops", "all_reduce", "--sizes", "8G")
     assert rc == 3 and "NCCL benchmark: refused" in out and "gpu2: pid 31337 (train.py)" in out
@@ -153,6 +160,7 @@ def test_no_runner_and_bad_arguments(node, capsys, monkeypatch):
     assert rc == 3 and "need two stored runs" in err
 
 
+@pytest.mark.proc
 def test_job_for_the_daemon_and_schedule(node):
     config = load_config(node.config)
     opts = dataclasses.replace(BenchOptions.scheduled(config), ops=("all_reduce",))

@@ -26,6 +26,7 @@ def snaps(tmp_path_factory):
     return out
 
 
+@pytest.mark.tree
 def test_detect_h100_nvswitch_with_ndr_ib(snaps):
     f = detect_fabric(*snaps["h100-ib"])
     assert (f.intra, f.net, f.gpus, f.net_ports, f.net_rate_gbps) == ("nvswitch-nvlink4", "ib-ndr", 8, 8, 3200.0)

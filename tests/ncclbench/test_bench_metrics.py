@@ -58,6 +58,7 @@ def test_no_run_yet_exports_only_the_result_family():
     assert fams[0].samples and all(s.value == 0.0 for s in fams[0].samples)
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_check_metrics():
     for text in (exposition_text(sample_run(), EXP), exposition_text(None)):

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agentd.host.procrun import exclusive_lock, run_bounded
 
 
@@ -24,6 +26,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.proc
 def test_output_exit_code_and_environment():
     rc, out, err, timed_out = run_bounded(
         [sys.executable, "-c", "import os,sys; print(os.environ['NCCL_X']); print('e', file=sys.stderr); sys.exit(3)"],
@@ -33,6 +36,7 @@ def test_output_exit_code_and_environment():
     assert (rc, out.strip(), err.strip(), timed_out) == (3, "42", "e", False)
 
 
+@pytest.mark.proc
 def test_missing_program_is_rc_127_not_an_exception(tmp_path):
     rc, out, err, timed_out = run_bounded([str(tmp_path / "nope_perf")], env=None, timeout_s=5)
     assert rc == 127 and "not found" in err and not timed_out
@@ -42,6 +46,7 @@ def test_missing_program_is_rc_127_not_an_exception(tmp_path):
     assert rc == 126 and "cannot execute" in err
 
 
+@pytest.mark.proc
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
     script = tmp_path / "hang.sh"
@@ -58,11 +63,13 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
     assert not _alive(grandchild)
 
 
+@pytest.mark.proc
 def test_output_is_capped():
     rc, out, _, _ = run_bounded([sys.executable, "-c", "print('x' * 100000)"], env=None, timeout_s=30, max_output_bytes=1000)
     assert rc == 0 and len(out) == 1000
 
 
+@pytest.mark.proc
 def test_exclusive_lock_is_exclusive_and_released(tmp_path):
     p = tmp_path / "state" / "bench.lock"
     with exclusive_lock(p) as first:

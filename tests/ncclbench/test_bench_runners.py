@@ -93,6 +93,7 @@ def test_argv_uses_explicit_sizes_gpus_and_check(tmp_path):
     ]  # fmt: skip
 
 
+@pytest.mark.proc
 def test_runner1_fake_binary_prints_real_output(tmp_path):
     record = tmp_path / "calls.txt"
     bindir = tmp_path / "bin"
@@ -110,6 +111,7 @@ def test_runner1_fake_binary_prints_real_output(tmp_path):
     assert "NCCL_IB_HCA==mlx5_0:1" in calls
 
 
+@pytest.mark.proc
 def test_runner1_one_run_per_size_group_and_no_duplicates(tmp_path):
     record = tmp_path / "calls.txt"
     printing(tmp_path / "bin", "all_reduce", "a3mega-h100x16-allreduce.txt", record)  # prints every size each time
@@ -121,6 +123,7 @@ def test_runner1_one_run_per_size_group_and_no_duplicates(tmp_path):
     ]  # fmt: skip
 
 
+@pytest.mark.proc
 def test_runner1_net_transport_disables_p2p_and_shm(tmp_path):
     record = tmp_path / "calls.txt"
     printing(tmp_path / "bin", "all_reduce", "a3mega-h100x16-allreduce.txt", record)
@@ -130,6 +133,7 @@ def test_runner1_net_transport_disables_p2p_and_shm(tmp_path):
     assert {"NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"} <= set(record.read_text().splitlines())
 
 
+@pytest.mark.proc
 def test_runner1_hanging_binary_is_killed_at_the_time_limit(tmp_path):
     pidfile = tmp_path / "pid"
     fake_binary(tmp_path / "bin", "all_reduce_perf", f"echo $$ > {pidfile}\necho '# nThread 1 nGpus 8'\nexec sleep 300\n")
@@ -141,6 +145,7 @@ def test_runner1_hanging_binary_is_killed_at_the_time_limit(tmp_path):
         os.kill(pid, 0)
 
 
+@pytest.mark.proc
 def test_runner1_nonzero_exit_fails_with_the_error(tmp_path):
     fake_binary(tmp_path / "bin", "all_reduce_perf", "echo 'node1: Test NCCL failure common.cu:1005 unhandled system error'\necho 'NCCL WARN oops' >&2\nexit 3\n")
     run = run_nccl_tests(BenchRequest(ops=("all_reduce",), sizes=(MiB,), gpus=2), {"all_reduce": tmp_path / "bin" / "all_reduce_perf"})
@@ -148,6 +153,7 @@ def test_runner1_nonzero_exit_fails_with_the_error(tmp_path):
     assert any("Test NCCL failure" in e for e in run.errors)
 
 
+@pytest.mark.proc
 def test_runner1_wrong_values_are_reported(tmp_path):
     printing(tmp_path / "bin", "all_gather", "dgx2-v100x12-legacy-5ops.txt")
     run = run_nccl_tests(BenchRequest(ops=("all_gather",), sizes=(8589934560,), gpus=12), {"all_gather": tmp_path / "bin" / "all_gather_perf"})
@@ -155,6 +161,7 @@ def test_runner1_wrong_values_are_reported(tmp_path):
     assert [r.op for r in run.results] == ["all_gather"]  # the file's other sections are other ops: ignored
 
 
+@pytest.mark.proc
 def test_runner1_empty_output_fails(tmp_path):
     fake_binary(tmp_path / "bin", "all_reduce_perf", "echo hello\n")
     run = run_nccl_tests(BenchRequest(ops=("all_reduce",), sizes=(MiB,), gpus=2), {"all_reduce": tmp_path / "bin" / "all_reduce_perf"})
@@ -184,6 +191,7 @@ def fake_python(tmp_path: Path, stdout: str, rc: int = 0) -> str:
     return str(p)
 
 
+@pytest.mark.proc
 def test_runner2_result_handling_with_a_fake_interpreter(tmp_path):
     doc = {
         "runner": "torch", "world_size": 8, "torch_version": "2.4.0", "nccl_version": "2.21.5",
@@ -204,6 +212,7 @@ def test_runner2_result_handling_with_a_fake_interpreter(tmp_path):
     assert failed.status == "failed" and failed.results == ()
 
 
+@pytest.mark.proc
 def test_runner2_is_bounded_too(tmp_path):
     p = fake_binary(tmp_path, "python", "exec sleep 300\n")
     run = run_torch(BenchRequest(ops=("all_reduce",), sizes=(MiB,), gpus=2, time_limit_s=0.5), python=str(p))

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from types import SimpleNamespace
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentd import sim
@@ -33,6 +34,8 @@ class FakeDaemon:
         self.triggered += 1
 
 
+@pytest.mark.proc
+@pytest.mark.tree
 async def test_scheduled_run_feeds_metrics_and_findings(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
     bindir = tmp_path / "nccl-tests"

@@ -172,6 +172,7 @@ def test_atomic_write_signature_unchanged(tmp_path):
     assert not files.atomic_write(tmp_path / "f", b"x").changed
 
 
+@pytest.mark.proc
 def test_sealed_files_still_read_correctly(tmp_path):
     """The seal is a comment in every form: NCCL, systemd, bash and the XML checker agree."""
     snap = ib_node()

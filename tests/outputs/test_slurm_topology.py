@@ -69,14 +69,15 @@ def test_merge_groups_nodes_by_block_from_pdsh_output() -> None:
         "BlockName=nvl-a-1 Nodes=gpu3",  # not through pdsh
     ]
     text = merge_block_lines(pdsh)
-    assert _blocks(text) == ["BlockName=nvl-b-2 Nodes=gpu1", "BlockName=nvl-a-1 Nodes=gpu2,gpu3,gpu10",
+    # blocks of more than one node first: Slurm takes the first block's size as the base
+    assert _blocks(text) == ["BlockName=nvl-a-1 Nodes=gpu[2-3,10]", "BlockName=nvl-b-2 Nodes=gpu1",
                              "BlockName=node-login1 Nodes=login1"]
     assert text.splitlines()[-1].startswith("# blocks by size: 3 nodes x 1, 1 node x 2")
 
 
-def test_merge_is_idempotent_and_keeps_hostlists_and_blocksizes() -> None:
+def test_merge_is_idempotent_and_compresses_hostlists_and_keeps_blocksizes() -> None:
     first = merge_block_lines(["blockname=b1 nodes=tux[0-3,12],tux20", "BlockName=b1 Nodes=tux21", "BlockSizes=1,4"])
-    assert _blocks(first) == ["BlockName=b1 Nodes=tux20,tux21,tux[0-3,12]", "BlockSizes=1,4"]
+    assert _blocks(first) == ["BlockName=b1 Nodes=tux[0-3,12,20-21]", "BlockSizes=1,4"]
     assert merge_block_lines(first.splitlines()) == first
     assert merge_block_lines([*first.splitlines(), "BlockName=b1 Nodes=tux20"]) == first
 
@@ -94,5 +95,7 @@ def test_merge_refuses_what_would_make_a_wrong_file(lines: list[str], problem: s
         merge_block_lines(lines)
 
 
-def test_merge_of_nothing() -> None:
-    assert _blocks(merge_block_lines([])) == []
+def test_merge_of_nothing_is_refused() -> None:
+    # topology/block refuses a file without a block ("No blocks configured")
+    with pytest.raises(MergeError, match="no blocks"):
+        merge_block_lines(["# only a comment", ""])

@@ -19,6 +19,7 @@ from agentd.sim.faults import advancing_paths, touched_paths
 from agentd.sim.net import format_mlnx_qos, parse_ethtool
 from agentd.sim.pcicfg import CAP_EXP, SPEED_GEN, find_cap, read_acs_ctrl, read_class_code, read_link_status, read_port_type
 from agentd.sim.tree import restore_path, snapshot_tree
+from tests.support import cost
 from tests.support.fixtures import OUTPUTS
 
 PROFILES = sorted(sim.PROFILES)
@@ -30,9 +31,10 @@ def roots(tmp_path_factory):
     base = tmp_path_factory.mktemp("sim")
     cache: dict[str, Path] = {}
 
-    def get(profile: str, *, fresh: bool = False) -> Path:
-        if fresh or profile not in cache:
-            cache[profile] = sim.build_tree(profile, base / profile)
+    def get(profile: str) -> Path:
+        if profile not in cache:
+            with cost.shared():  # one tree per profile for the module; faults are cleared after each test
+                cache[profile] = sim.build_tree(profile, base / profile)
         return cache[profile]
 
     return get
@@ -148,6 +150,7 @@ def test_netdevs_ethtool_and_dcb(roots):
     assert format_mlnx_qos(3) == (OUTPUTS / "mlnx_qos.eth4-roce-trust-dscp-pfc3.txt").read_text()
 
 
+@pytest.mark.tree
 def test_build_refuses_foreign_dirs_and_replaces_sim_roots(tmp_path):
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious/data").write_text("keep")
@@ -215,6 +218,7 @@ def test_fault_not_possible_on_profile_says_why(roots, profile, kind):
     assert sim.applied_faults(roots(profile)) == []
 
 
+@pytest.mark.tree
 def test_fault_effects(tmp_path):
     r = sim.build_tree("h100-ib", tmp_path / "n")
     port = r / "sys/class/infiniband/mlx5_2/ports/1"
@@ -253,6 +257,7 @@ def test_fault_effects(tmp_path):
     assert (r / "sys/class/net/ib3/mtu").read_text() == "4092\n"
 
 
+@pytest.mark.tree
 def test_nvml_and_gdr_faults(tmp_path):
     r = sim.build_tree("h100-roce", tmp_path / "n")
     nvml = lambda: json.loads((r / ".agentd/nvml.json").read_text())  # noqa: E731
@@ -371,6 +376,7 @@ def test_readers_see_roce_gid_index(roots):
     assert {roce_v2_gid_index(h.ports[0].gids) for h in snap.hcas} == {3}
 
 
+@pytest.mark.tree
 def test_readers_see_faults(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "n", faults=["port_down@mlx5_1=polling", "unreadable_file@mlx5_2", "garbage_file@mlx5_3",
                                                                "acs_on@gpu5", "pcie_downtrained@gpu6", "nvlink_down@gpu7:17", "gpu_lost@gpu0"])

@@ -36,6 +36,7 @@ def nvml(root: Path) -> dict:
     return json.loads((root / NVML).read_text())
 
 
+@pytest.mark.tree
 def test_the_collector_reads_a_grace_tray(gb200):
     snap = collect(gb200)
     assert snap.read_errors == () and all(p.ok for p in snap.probes)
@@ -67,6 +68,7 @@ def test_nvml_reports_the_rack_fabric(gb200):
         assert [c.state for c in g.c2c_links] == ["up"] * 5 and {c.max_bw_mb_s for c in g.c2c_links} == {44712}
 
 
+@pytest.mark.tree
 def test_h100_links_have_a_speed_and_no_fabric_identity(tmp_path):
     snap = collect(sim.build_tree("h100-ib", tmp_path / "root"))
     for g in snap.nvml.gpus:
@@ -75,6 +77,7 @@ def test_h100_links_have_a_speed_and_no_fabric_identity(tmp_path):
         assert (g.fabric_cluster_uuid, g.fabric_clique_id, g.fabric_health, g.c2c_links) == (None, None, None, ())
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize(
     "profile,procs",
     # kthreadd as PID 2 makes the table the node's whole one; names cut to the kernel's 15 bytes
@@ -105,6 +108,7 @@ EFFECTS = {
 }
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("spec", sorted(EFFECTS))
 def test_fabric_field_faults(spec, tmp_path):
     profile, want = EFFECTS[spec]
@@ -119,6 +123,7 @@ def test_fabric_field_faults(spec, tmp_path):
     assert nvml(root) == before
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("value", ["degraded_bandwidth", "route_recovery", "route_unhealthy", "access_timeout_recovery", "incorrect_configuration", "unhealthy", "limited_capacity", "gfm_disconnected"])
 def test_fabric_health_changes_one_condition(value, gb200):
     field, to = {
@@ -149,6 +154,7 @@ def test_fabric_health_default_is_route_unhealthy_on_every_gpu(gb200):
     assert {g["fabric_health"]["route_unhealthy"] for g in nvml(gb200)["gpus"]} == {False}
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("profile,spec,link,speed", [(GB, "nvlink_slow", 0, 26562), (GB, "nvlink_slow@gpu2:7=40000", 7, 40000), ("h100-ib", "nvlink_slow@gpu0:3", 3, 13281)])
 def test_nvlink_slow_lowers_one_link(profile, spec, link, speed, tmp_path):
     root = sim.build_tree(profile, tmp_path / "root")
@@ -175,6 +181,7 @@ def test_c2c_down(gb200):
         sim.apply_fault(gb200, "c2c_down@gpu0:5")
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("profile,kind,pid", [(GB, "imex_down", 2433), ("h100-ib", "fm_down", 2417), ("h100-roce", "fm_down", 2417)])
 def test_daemon_down_removes_its_process(profile, kind, pid, tmp_path):
     root = sim.build_tree(profile, tmp_path / "root")
@@ -197,6 +204,7 @@ def test_daemon_down_removes_its_process(profile, kind, pid, tmp_path):
         ("pcie-4gpu", "nvlink_slow", "have no NVLink"),
     ],
 )
+@pytest.mark.tree
 def test_kinds_that_do_not_apply_say_why(profile, spec, why, tmp_path):
     root = sim.build_tree(profile, tmp_path / "root")
     with pytest.raises(ValueError, match=f"fault '{spec}' on profile {profile}: .*{why}"):

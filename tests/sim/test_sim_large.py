@@ -69,6 +69,7 @@ def test_large_profile_shape(monkeypatch):
     assert registry == {profile_large.NAME: p}
 
 
+@pytest.mark.tree
 def test_large_profile_inspects_without_read_errors(large, capsys):
     rc, doc = run_json(capsys, "inspect", "--host-root", str(large))
     assert rc == 0
@@ -109,6 +110,7 @@ def test_hca64_profile_shape(monkeypatch):
     assert registry == {profile_hca64.NAME: p}
 
 
+@pytest.mark.tree
 def test_hca64_profile_inspects_without_read_errors_and_checks_ok(hca64, capsys):
     rc, doc = run_json(capsys, "inspect", "--host-root", str(hca64))
     assert rc == 0

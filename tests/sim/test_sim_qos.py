@@ -105,6 +105,7 @@ def _dcb(root, netdev="ens1np0"):
     return parse_mlnx_qos((root / f".agentd/dcb/{netdev}").read_text())
 
 
+@pytest.mark.tree
 def test_tclass_override(roce):
     tc = roce / "sys/class/infiniband/mlx5_2/tc/1/traffic_class"
     assert sim.apply_fault(roce, "tclass_override@ens3np0").spec == "tclass_override@ens3np0=0"
@@ -116,6 +117,7 @@ def test_tclass_override(roce):
     assert tc.read_bytes() == b"" and sim.applied_faults(roce) == []
 
 
+@pytest.mark.tree
 def test_trust_pcp_keeps_pfc_and_drops_the_table(roce):
     sim.apply_fault(roce, "trust_pcp@ens2np0")
     text = (roce / ".agentd/dcb/ens2np0").read_text()
@@ -123,6 +125,7 @@ def test_trust_pcp_keeps_pfc_and_drops_the_table(roce):
     assert _dcb(roce, "ens2np0").pfc == (3,) and _dcb(roce, "ens1np0").trust == "dscp"
 
 
+@pytest.mark.tree
 def test_dscp_map_lossy_moves_the_roce_dscp(roce):
     assert sim.apply_fault(roce, "dscp_map_lossy").spec == "dscp_map_lossy@ens1np0=0"
     q = _dcb(roce)
@@ -135,6 +138,7 @@ def test_dscp_map_lossy_moves_the_roce_dscp(roce):
         sim.apply_fault(roce, "dscp_map_lossy=3")
 
 
+@pytest.mark.tree
 def test_qos_faults_on_one_netdev_compose(roce):
     sim.apply_fault(roce, "dscp_map_lossy=1")
     sim.apply_fault(roce, "pfc_off")
@@ -144,6 +148,7 @@ def test_qos_faults_on_one_netdev_compose(roce):
     assert _dcb(roce).pfc == () and _dcb(roce).trust == "pcp"
 
 
+@pytest.mark.tree
 def test_nccl_tc_mismatch(roce, tmp_path):
     assert sim.apply_fault(roce, "nccl_tc_mismatch").spec == "nccl_tc_mismatch=0"
     lines = (roce / "etc/nccl.conf").read_text().splitlines()
@@ -158,6 +163,7 @@ def test_nccl_tc_mismatch(roce, tmp_path):
     assert not (ib / "etc").exists()
 
 
+@pytest.mark.tree
 def test_roce_lossy_traffic_advances_and_stays_advanced(roce):
     stats = lambda: parse_ethtool((roce / ".agentd/ethtool/ens4np0").read_text())  # noqa: E731
     xmit = roce / "sys/class/infiniband/mlx5_3/ports/1/counters/port_xmit_data"
@@ -175,6 +181,7 @@ def test_roce_lossy_traffic_advances_and_stays_advanced(roce):
     assert sim.applied_faults(roce) == [] and stats() == after  # counters do not go back
 
 
+@pytest.mark.tree
 def test_all_qos_faults_clear_byte_for_byte(roce):
     before = snapshot_tree(roce)
     specs = ["tclass_override@ens1np0=106", "trust_pcp@ens2np0", "dscp_map_lossy@ens3np0=0", "pfc_off@ens3np0",
@@ -192,6 +199,7 @@ def test_all_qos_faults_clear_byte_for_byte(roce):
     assert diff == advanced and sim.applied_faults(roce) == []
 
 
+@pytest.mark.tree
 @pytest.mark.parametrize("spec", ["tclass_override", "trust_pcp", "dscp_map_lossy", "roce_lossy_traffic"])
 def test_roce_kinds_need_a_roce_netdev(tmp_path, spec):
     with pytest.raises(ValueError, match="no RoCE"):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from agentd.collection.history import is_compact
 from agentd.host.infiniband import CLASS_IB
 from agentd.host.pci import DEVICES_DIR
 from agentd.judging.baseline import Baseline, BaselineGpu, BaselineHca, NodeIdentity
@@ -96,7 +95,7 @@ def _previous(inp: CheckInput) -> NodeSnapshot | None:
     """The previous collection, when it is a whole snapshot (a compact history entry, as a
     restarted daemon's seeded history, does not say which devices it saw)."""
     past = earlier(inp.history, inp.snapshot.taken_at)
-    return past[-1] if past and not is_compact(past[-1]) else None
+    return past[-1] if past and isinstance(past[-1], NodeSnapshot) else None
 
 
 def _port_absent_before(prev: NodeSnapshot | None, before: Hca | ReadError | None, number: int) -> bool:

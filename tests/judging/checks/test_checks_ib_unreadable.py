@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentd import sim
 from agentd.collection.collector import Collector
 from agentd.config import AgentConfig, Timeouts
@@ -54,6 +56,7 @@ def _empty_state(root: Path) -> None:
     (root / "sys/class/infiniband/mlx5_0/ports/1/state").write_bytes(b"")
 
 
+@pytest.mark.tree
 def test_empty_state_file_on_a_simulated_node(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
     config = AgentConfig(host_root=root, timeouts=Timeouts(nvml_s=0.3), expect={"hca_ports": 8})
