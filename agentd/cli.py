@@ -138,7 +138,9 @@ def _config(args: argparse.Namespace, **extra: JsonValue) -> AgentConfig:
     return load_config(args.config, overrides=over or None)
 
 
-def _host(config: AgentConfig) -> HostRoot:
+def _host(config: AgentConfig, *, judged: bool = False) -> HostRoot:
+    """The configured host root; ``judged``: for a command that judges it (check, topology,
+    render, capture), refused when its recording cannot be read (HostRoot.unjudgeable)."""
     from agentd.host.fs import HostRoot
 
     root = config.host_root
@@ -150,7 +152,11 @@ def _host(config: AgentConfig) -> HostRoot:
         raise UsageError(f"host root {root} has no sys/ directory (expected sysfs at {root / 'sys'})") from None
     except OSError as e:
         raise UsageError(f"host root {root} cannot be read: {e.strerror or e}") from None
-    return HostRoot.at(root, config.host_mode)
+    host = HostRoot.at(root, config.host_mode)
+    why = host.unjudgeable() if judged else None
+    if why is not None:
+        raise UsageError(why)
+    return host
 
 
 def _not_the_node(host: HostRoot) -> str:
@@ -225,7 +231,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
             raise UsageError(f"--slurm-merge: nothing written:\n{e}") from None
         return EXIT_OK
     config = _config(args)
-    snap, history = _collect(config, rate_window=False)
+    snap, history = _collect(config, rate_window=False, host=_host(config, judged=True))
     j = judge(snap, history, config, None)
     # the findings that count, as the daemon's labels use them (observe mode and boot grace applied)
     life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle, booted_at=snap.system.booted_at, one_shot=True)
@@ -262,7 +268,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from agentd.views import findings_json, findings_text
 
     config = _config(args)
-    host = _host(config)
+    host = _host(config, judged=True)
     snap, history = _collect(config, rate_window=True, host=host)
     try:
         # paths.baseline is the node's: only a live root reads and writes it (DESIGN.md 3).
@@ -334,7 +340,7 @@ def _check_npd(args: argparse.Namespace) -> int:
         # a hung NVML then costs half the deadline: the concerns that do not need it are still judged
         nvml_s = min(config.timeouts.nvml_s, args.npd_timeout / 2)
         config = config.model_copy(update={"timeouts": config.timeouts.model_copy(update={"nvml_s": nvml_s})})
-        host = _host(config)
+        host = _host(config, judged=True)
         from agentd.outputs.maintenance import maintenance_path, read_maintenance
 
         state_dir = _state_dir(config, host)
@@ -382,7 +388,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from agentd.outputs.managed import ManagedFile, stable_text
 
     config = _config(args)
-    host = _host(config)
+    host = _host(config, judged=True)
     if args.out_dir is None and not host.is_live:
         raise UsageError(f"{_not_the_node(host)}: its NCCL files are not the node's {config.paths.nccl_env}, "
                          f"{config.paths.nccl_conf} and {config.paths.nccl_topo}; give --out-dir DIR to write (or --diff against) them there")
@@ -571,7 +577,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     from agentd.capture.record import capture
 
     config = _config(args)
-    res = capture(_host(config), config, args.out, redact=args.redact)
+    res = capture(_host(config, judged=True), config, args.out, redact=args.redact)
     what = ", ".join(res.answers) or "none"
     print(f"agentd: captured {printable(res.snapshot.host_root)} ({res.snapshot.host_mode}) into {res.out}: {res.files} files, {res.bytes_written} bytes; recorded answers: {what}{'; redacted' if res.redacted else ''}")
     for p in res.problems:

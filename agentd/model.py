@@ -615,8 +615,8 @@ class HcaReading(Protocol):
 
 
 class NetdevReading(Protocol):
-    """A netdev as the history keeps it: link state and the ``HISTORY_ETHTOOL`` statistics
-    (None: not read, or an aged entry)."""
+    """A netdev as the history keeps it: link state, the carrier change counts (RoCE flaps
+    between polls) and the ``HISTORY_ETHTOOL`` statistics (None: not read, or an aged entry)."""
 
     @property
     def name(self) -> str: ...
@@ -624,6 +624,10 @@ class NetdevReading(Protocol):
     def operstate(self) -> str | None: ...
     @property
     def carrier(self) -> bool | None: ...
+    @property
+    def carrier_changes(self) -> int | None: ...
+    @property
+    def carrier_down_count(self) -> int | None: ...
     @property
     def ethtool(self) -> Mapping[str, int] | None: ...
 

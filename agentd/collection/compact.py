@@ -8,7 +8,8 @@ history's readers use, as declared by agentd.model's ``HistoryEntry`` and its re
 ``PciReading``). The checks see the history through those Protocols, so mypy proves that
 no check reads what a compact entry does not keep. Kept: per IB port its number, state,
 phys_state, link layer, netdev and every counter and hw_counter; per netdev its operstate,
-carrier and the ``HISTORY_ETHTOOL`` statistics; per NVLink its number, state and error
+carrier, carrier change counts (RoCE flaps between polls) and the ``HISTORY_ETHTOOL``
+statistics; per NVLink its number, state and error
 counters; per GPU its PCIe replay counter; per PCI function with AER counters its PcieAer
 (shared while equal) and current link speed and width.
 
@@ -21,8 +22,8 @@ Aged entries. Counters are read only within the rate windows (``thresholds.rate_
 and ``short_rate_window_s``), but the history reaches back ``history_size`` entries for
 flaps, seen-active and kernel events. Once a compact entry is older than every counter
 window it is aged (``Compactor.aged``, an ``AgedEntry``): IB port states with
-``link_downed``, netdev and NVLink states, GPU PCIe replay counts, and the PCI functions
-whole, the rest dropped. Parts equal to the previous aged entry's are its very objects, so
+``link_downed``, netdev states with their carrier change counts, NVLink states, GPU PCIe
+replay counts, and the PCI functions whole, the rest dropped. Parts equal to the previous aged entry's are its very objects, so
 a run of aged entries with the same link states costs little more than the entry objects
 (bench/bench_memory.py, ``history_heap_*``; docs/performance.md).
 """
@@ -110,12 +111,18 @@ class HcaEntry:
 
 
 class NetdevEntry:
-    """A NetdevReading: link state and the HISTORY_ETHTOOL statistics."""
+    """A NetdevReading: link state, the carrier change counts and the HISTORY_ETHTOOL statistics."""
 
-    __slots__ = ("name", "operstate", "carrier", "ethtool")
+    __slots__ = ("name", "operstate", "carrier", "carrier_changes", "carrier_down_count", "ethtool")
 
     def __init__(self, n: NetdevReading, ethtool: Mapping[str, int] | None):
         self.name, self.operstate, self.carrier, self.ethtool = n.name, n.operstate, n.carrier, ethtool
+        self.carrier_changes, self.carrier_down_count = n.carrier_changes, n.carrier_down_count
+
+    def same_link(self, n: NetdevReading) -> bool:
+        """Whether ``n`` has this entry's link state and carrier counts."""
+        return (self.operstate, self.carrier, self.carrier_changes, self.carrier_down_count) == (
+            n.operstate, n.carrier, n.carrier_changes, n.carrier_down_count)
 
 
 class LinkEntry:
@@ -269,7 +276,7 @@ class Compactor:
         eth = None
         if n.ethtool is not None:
             eth = self.table({k: n.ethtool[k] for k in _ETHTOOL if k in n.ethtool}, prev.ethtool if prev else None)
-        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is eth:
+        if prev is not None and prev.same_link(n) and prev.ethtool is eth:
             return prev
         return NetdevEntry(n, eth)
 
@@ -332,7 +339,7 @@ class Compactor:
         return prev if prev is not None and prev.key() == e.key() else e
 
     def _aged_netdev(self, n: NetdevEntry, prev: NetdevEntry | None) -> NetdevEntry:
-        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is None:
+        if prev is not None and prev.same_link(n) and prev.ethtool is None:
             return prev
         return NetdevEntry(n, None)
 

@@ -132,12 +132,14 @@ class History:
 
     # -- persistence (agentd.outputs.history_store writes and reads the file) ----------
     def newest_mark(self) -> Hashable:
-        """Changes when a link of the newest entry changed state or a port's
-        ``link_downed`` rose: a flap the state file must hold at once."""
+        """Changes when a link of the newest entry changed state, a port's ``link_downed``
+        rose or a RoCE port's netdev lost its carrier: a flap the state file must hold at once."""
         if not self._items:
             return None
         s, sig = self._items[-1]
-        return sig, tuple((h.name, p.port, p.counters.get("link_downed")) for h in s.hcas for p in h.ports)
+        roce = {p.netdev for h in s.hcas for p in h.ports if p.link_layer == "Ethernet" and p.netdev}
+        return (sig, tuple((h.name, p.port, p.counters.get("link_downed")) for h in s.hcas for p in h.ports),
+                tuple((n.name, n.carrier_changes) for n in s.netdevs if n.name in roce))
 
     def export(self, now: float, *, flap_window_s: float, rate_window_s: float,
                max_entries: int = EXPORT_MAX_ENTRIES, rate_points: int = EXPORT_RATE_POINTS) -> list[JsonObject]:

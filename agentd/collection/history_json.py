@@ -21,7 +21,8 @@ Entry::
     {"taken_at", "host_root", "host_mode", "nvml": {"available", "asked"},
      "hcas": [{"name", "ports": [{"port", "state", "phys_state", "link_layer", "netdev",
                                   "counters", "hw_counters"}]}],
-     "netdevs": [{"name", "operstate", "carrier", "ethtool": {HISTORY_ETHTOOL statistics} | null}],
+     "netdevs": [{"name", "operstate", "carrier", "carrier_changes", "carrier_down_count",
+                  "ethtool": {HISTORY_ETHTOOL statistics} | null}],
      "gpus": [{"index", "pci_bus_id", "error", "pcie_replay_errors",
                "nvlinks": [{"link", "state", "errors"}]}],
      "pci": [{"bdf", "aer": PcieAer | null, "current_link_speed", "current_link_width"}]}
@@ -70,7 +71,8 @@ def entry_json(s: HistoryEntry, full: bool = True) -> JsonObject:
         "taken_at": s.taken_at, "host_root": s.host_root, "host_mode": s.host_mode,
         "nvml": {"available": s.nvml.available, "asked": s.nvml.asked},
         "hcas": [{"name": h.name, "ports": [_port_json(p, full) for p in h.ports]} for h in s.hcas],
-        "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "ethtool": _kept(n.ethtool)} for n in s.netdevs] if full else [],
+        "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "carrier_changes": n.carrier_changes,
+                     "carrier_down_count": n.carrier_down_count, "ethtool": _kept(n.ethtool)} for n in s.netdevs] if full else [],
         "gpus": [{"index": g.index, "pci_bus_id": g.pci_bus_id, "error": g.error, "pcie_replay_errors": g.pcie_replay_errors,
                   "nvlinks": [{"link": x.link, "state": x.state, "errors": dict(x.errors)} for x in g.nvlinks]}
                  for g in s.nvml.gpus] if full else [],

@@ -93,6 +93,10 @@ def main_run(args: argparse.Namespace) -> int:
             print(f"agentd: host root {config.host_root} has no sys/ directory", file=sys.stderr)
             return 3
         host = HostRoot.at(config.host_root, config.host_mode)
+        unjudgeable = host.unjudgeable()
+        if unjudgeable is not None:
+            print(f"agentd: {unjudgeable}", file=sys.stderr)
+            return 3
         if not host.is_live:
             config = _not_the_node(config, host, overrides, args.config)
     except (ConfigError, ValueError, KeyError) as e:

@@ -1,16 +1,20 @@
 """Connections of the HTTP server: a cap below the process's fd limit, and timeouts for
 request headers and stalled responses (aiohttp has neither), so silent, drip-feeding or
-never-reading peers cannot lock ``/health`` out."""
+never-reading peers cannot lock ``/health`` out. With TLS the handshake is this module's
+too: a connection counts from its TCP accept, not from the end of its handshake."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import resource
-from typing import Callable, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 from agentd.config import AgentConfig
 from agentd.host.fs import MAX_OPEN_DIRS, SWEEP_AT
+
+if TYPE_CHECKING:  # a daemon without TLS never imports ssl (agentd.base.openssl_gate)
+    import ssl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +48,12 @@ class ConnectionLimiter:
     - at the cap a new connection is always admitted: it evicts the connection that has
       owed progress the longest (unfinished headers or a stalled write, oldest first), or
       else the one idle the longest, so /health always gets in.
+
+    With TLS (``wrap(..., tls=...)``) a connection is admitted when TCP accepts it and its
+    handshake runs here (``loop.start_tls``), inside the header timeout: asyncio's own TLS
+    server calls the protocol only once the handshake is done, so peers that connect and
+    never send a ClientHello were neither counted nor evicted, and ran the process out of
+    fds (every directory listing then failed with EMFILE).
     """
 
     def __init__(self, cap: int, *, header_timeout_s: float = 10.0, write_timeout_s: float = 30.0):
@@ -97,8 +107,10 @@ class ConnectionLimiter:
             self._sweeper.cancel()
             self._sweeper = None
 
-    def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        return lambda: _Tracked(factory(), self)
+    def wrap(self, factory: Callable[[], asyncio.Protocol], tls: ssl.SSLContext | None = None) -> Callable[[], asyncio.Protocol]:
+        """The protocol factory to serve: ``factory``'s protocols behind the cap and the
+        timeouts; ``tls``: the server's TLS context (the handshake is done here)."""
+        return lambda: _Tracked(factory(), self, tls)
 
 
 class _Tracked(asyncio.Protocol):
@@ -106,9 +118,16 @@ class _Tracked(asyncio.Protocol):
     keeps what the limiter needs: when the current request's headers started and whether
     they ended (a blank line), and whether queued response bytes still drain."""
 
-    def __init__(self, inner: asyncio.Protocol, limiter: ConnectionLimiter):
-        self.inner, self.limiter, self.admitted = inner, limiter, False
-        self.transport: asyncio.Transport  # set by connection_made, before the limiter holds it
+    def __init__(self, inner: asyncio.Protocol, limiter: ConnectionLimiter, tls: ssl.SSLContext | None = None):
+        self.inner, self.limiter, self.admitted, self.tls = inner, limiter, False, tls
+        # set by connection_made, before the limiter holds it: the TCP transport, then (TLS)
+        # the one start_tls returns
+        self.transport: asyncio.Transport
+        # TLS: whether the inner protocol was told of the connection; what arrived before that
+        self.started = tls is None
+        self._early: list[bytes] = []
+        self._early_eof = False
+        self._handshake: asyncio.Task[None] | None = None
         self.opened = self.progress = 0.0
         self.partial_since: float | None = None  # headers of a request not complete yet
         self.tail = b""  # last bytes received, to find a blank line split across reads
@@ -138,15 +157,46 @@ class _Tracked(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream server's: socket or TLS, both Transports
         self.opened = self.progress = asyncio.get_running_loop().time()
-        self.partial_since = self.opened  # the header timeout counts from the connect
+        self.partial_since = self.opened  # the header timeout counts from the connect (and the handshake)
         self.admitted = self.limiter._admit(self)
-        if self.admitted:
+        if not self.admitted:
+            return
+        if self.tls is None:
             self.inner.connection_made(transport)
+        else:
+            self._handshake = asyncio.ensure_future(self._start_tls(self.transport, self.tls))
+
+    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """The TLS handshake on an admitted TCP connection. It is aborted like any
+        connection that owes its headers (the sweep, or an eviction at the cap); one that
+        fails or was dropped meanwhile ends here, its fd closed."""
+        loop = asyncio.get_running_loop()
+        # The sweep holds the handshake to the header timeout (it counts from the connect,
+        # and no request byte arrives before the handshake ends); asyncio's own timeout is
+        # only a backstop behind it.
+        backstop = 2 * self.limiter.header_timeout_s + 1
+        try:
+            tls = await loop.start_tls(raw, self, context, server_side=True, ssl_handshake_timeout=backstop)
+        except (OSError, asyncio.CancelledError, RuntimeError):  # ssl.SSLError, TimeoutError, resets: all OSError
+            self.limiter.conns.pop(self, None)
+            raw.abort()
+            return
+        if tls is None or self not in self.limiter.conns:  # evicted or timed out as the handshake ended
+            raw.abort()
+            return
+        self.transport, self.started = tls, True
+        self.inner.connection_made(tls)
+        early, self._early = self._early, []
+        for data in early:
+            self.inner.data_received(data)
+        if self._early_eof and not self.inner.eof_received():
+            tls.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.limiter.conns.pop(self, None)
-        if self.admitted:
+        if self.admitted and self.started:
             self.inner.connection_lost(exc)
+        self.started = False  # a handshake task that resumes after this does not start the inner protocol
 
     def data_received(self, data: bytes) -> None:
         now = asyncio.get_running_loop().time()
@@ -159,9 +209,15 @@ class _Tracked(asyncio.Protocol):
         elif self.partial_since is None:
             self.partial_since = now  # first byte of the next request
         self.tail = seen[-3:]
+        if not self.started:  # TLS: decrypted before start_tls returned to _start_tls
+            self._early.append(data)
+            return
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
+        if not self.started:
+            self._early_eof = True
+            return True
         return self.inner.eof_received()
 
     def pause_writing(self) -> None:

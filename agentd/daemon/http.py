@@ -143,10 +143,10 @@ class _LimitedSite(web.TCPSite):
     """TCPSite whose protocol factory goes through a ConnectionLimiter; with ``socks`` it
     serves already-listening sockets (a reload) instead of binding."""
 
-    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), handshake_timeout_s: float = 10.0,  # Any: TCPSite's
+    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (),  # Any: TCPSite's
                  **kwargs: Any):  # Any: TCPSite's own arguments, passed through as given
         super().__init__(*args, **kwargs)
-        self.limiter, self.socks, self.handshake_timeout_s = limiter, list(socks), handshake_timeout_s
+        self.limiter, self.socks = limiter, list(socks)
         self.servers: list[asyncio.Server] = []
 
     async def start(self) -> None:
@@ -154,17 +154,17 @@ class _LimitedSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         loop = asyncio.get_running_loop()
-        factory = self.limiter.wrap(server)
-        tls = self._ssl_context
-        handshake_s = self.handshake_timeout_s if tls is not None else None  # asyncio takes it with ssl only
+        # TLS is not asyncio's create_server(ssl=...): that admits a connection only once its
+        # handshake is done, so handshakes would escape the cap (agentd.daemon.connections).
+        factory = self.limiter.wrap(server, tls=self._ssl_context)
         try:
             if self.socks:
                 for sock in self.socks:
-                    self.servers.append(await loop.create_server(factory, sock=sock, backlog=self._backlog, ssl=tls, ssl_handshake_timeout=handshake_s))
+                    self.servers.append(await loop.create_server(factory, sock=sock, backlog=self._backlog))
             else:
                 self.servers.append(await loop.create_server(
                     factory, self._host, self._port, backlog=self._backlog,
-                    reuse_address=self._reuse_address, reuse_port=self._reuse_port, ssl=tls, ssl_handshake_timeout=handshake_s,
+                    reuse_address=self._reuse_address, reuse_port=self._reuse_port,
                 ))  # fmt: skip
         except BaseException:
             for s in self.servers:
@@ -218,7 +218,7 @@ class HttpServer:
         limiter.configure(limits)
         runner = await cls._runner(app, limits)
         host, port = parse_listen(listen)
-        site = _LimitedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context, limiter=limiter, handshake_timeout_s=limits.header_timeout_s)
+        site = _LimitedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context, limiter=limiter)
         try:
             await site.start()
         except BaseException:
@@ -238,7 +238,7 @@ class HttpServer:
         socks = self.site.listening()
         try:
             runner = await self._runner(app, limits)
-            site = _LimitedSite(runner, reuse_address=True, ssl_context=ssl_context, limiter=self.limiter, socks=socks, handshake_timeout_s=limits.header_timeout_s)
+            site = _LimitedSite(runner, reuse_address=True, ssl_context=ssl_context, limiter=self.limiter, socks=socks)
             try:
                 await site.start()
             except BaseException:

@@ -26,12 +26,12 @@ from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
 from agentd.judging.baseline import Baseline
 from agentd.judging.lifecycle import Tracks, advance
-from agentd.judging.outputs import output_findings
+from agentd.judging.outputs import baseline_unreadable, output_findings
 from agentd.judging.staleness import stale_probe_names, with_staleness
 from agentd.model import CONTENT_FIELDS, Finding, HistoryEntry, NodeSnapshot, sort_findings
 from agentd.nccl.topo import topology_hash
 from agentd.ncclbench.job import BenchOutcome
-from agentd.outputs.baseline_store import BaselineError, load_baseline
+from agentd.outputs.baseline_store import BaselineError, BaselineUnreadable, load_baseline
 from agentd.outputs.evaluate import EvaluateFn, Evaluation, Evaluator, evaluate
 from agentd.outputs.maintenance import Maintenance
 from agentd.outputs.writer import Writer, planned_files
@@ -75,6 +75,8 @@ class Publisher:
         # The baseline path whose file was read (found, absent or invalid); until then no
         # new baseline is adopted, so a hung read never ends in overwriting a good one.
         self.baseline_read_from: Path | None = None
+        # Why the baseline file could not be read (EACCES, EIO, a hung read), or None.
+        self.baseline_unreadable: str | None = None
         self._write_lane = Lane("writer")
         self.baseline_keeper: Keeper[Baseline | None] = Keeper("baseline")
         self._unfinished: dict[str, int] = {}  # file -> publishes whose write did not finish
@@ -97,17 +99,29 @@ class Publisher:
         except StillReading:
             return  # an earlier read still hangs
         except TimeoutError:
-            self.log.error("baseline.read_timeout", path=str(path), timeout_s=timeout_s, effect="no new baseline is adopted until it can be read")
+            self._unreadable(path, f"the read did not finish within {timeout_s:g} s (hung filesystem?)", "baseline.read_timeout")
             return
-        except BaselineError as e:
+        except BaselineUnreadable as e:
+            self._unreadable(path, str(e))
+            return
+        except BaselineError as e:  # content that does not parse: nothing in it can be used
             self.log.error("baseline.invalid", error=str(e), effect="the next healthy collection replaces it")
             b = None
         except Exception as e:
-            b = None
-            self.log.error("baseline.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="the next healthy collection replaces it")
+            self._unreadable(path, f"{type(e).__name__}: {e}")
+            return
         if b is not None:
             self.log.info("baseline.loaded", path=str(path))
-        self.baseline, self.baseline_read_from = b, path
+        self.baseline, self.baseline_read_from, self.baseline_unreadable = b, path, None
+
+    def _unreadable(self, path: Path, error: str, event: str = "baseline.unreadable") -> None:
+        """A baseline that is there but cannot be read may hold a GPU lost since it was
+        taken: it is left alone (no new one is adopted over it), said as a finding
+        (``baseline.unreadable``), and read again at the next collection."""
+        if self.baseline_unreadable != error:
+            self.log.error(event, path=str(path), error=error,
+                           effect="it is left alone: no new baseline is adopted and lost devices are not judged until it can be read")
+        self.baseline, self.baseline_read_from, self.baseline_unreadable = None, None, error
 
     # -- the findings' lifecycles, persisted beside the history (agentd.daemon.keepers) --
     # by scope: the checks' findings (the evaluator's tracks), and those added at build
@@ -124,8 +138,11 @@ class Publisher:
             scope = item.get("scope") if isinstance(item, dict) else None
             if isinstance(scope, str) and scope in by_scope:
                 by_scope[scope].append(item)
-        self.evaluator.tracks = Tracks.from_json(by_scope["checks"])
-        self.extra_tracks = Tracks.from_json(by_scope["outputs"])
+        # persisted stamps become ages on the monotonic clock the evaluations use; one in
+        # the future (written while the wall clock was ahead) counts as now
+        now, mono = time.time(), time.monotonic()
+        self.evaluator.tracks = Tracks.from_json(by_scope["checks"], now=now, clock=mono)
+        self.extra_tracks = Tracks.from_json(by_scope["outputs"], now=now, clock=mono)
 
     def lifecycle_mark(self) -> Hashable:
         """What changes when an episode starts, counts or ends (not every sighting)."""
@@ -272,9 +289,11 @@ class Publisher:
         )  # fmt: skip
         topo_problems = ev.render.topo_problems if ev.render is not None else ()
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
+        if self.baseline_unreadable is not None:
+            extra.append(baseline_unreadable(str(ctx.config.paths.baseline), self.baseline_unreadable))
         if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)
             life = advance(self.extra_tracks, extra, now=snap.taken_at, settings=ctx.config.lifecycle,
-                           booted_at=snap.system.booted_at)
+                           booted_at=snap.system.booted_at, clock=mono)
             self.extra_tracks, extra = life.tracks, list(life.findings)
         base = tuple(sort_findings([*ev.findings, *extra])) if extra else ev.findings
         findings, _ = with_staleness(base, snap, ctx.stale_limits, mono)

@@ -81,19 +81,34 @@ class HostRoot:
     manifest: Mapping[str, JsonValue] | None = field(default=None, compare=False)
     # Told of every path read, listed, tested or followed (``agentd capture``); None: off.
     recorder: ReadRecorder | None = field(default=None, compare=False, repr=False)
+    # Why the root's recording (``.agentd/``) is there but its answers are not read (a
+    # manifest of a newer version, damaged, not a manifest); None: there is none, or it is read.
+    unread_recording: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode is None:
             mode, reason, answers, manifest = detect_mode(self.root)
             for k, v in (("mode", mode), ("mode_reason", reason), ("answers", answers), ("manifest", manifest)):
                 object.__setattr__(self, k, v)
+            object.__setattr__(self, "unread_recording", unread_recording(self.root))
 
     @classmethod
     def at(cls, root: str | os.PathLike[str], mode: str = "auto") -> "HostRoot":
         """The host root at ``root`` (symlinks resolved), its mode detected (``auto``) or
         as configured (``live``, ``offline``, ``simulated``)."""
         real = Path(os.path.realpath(root))
-        return cls(real, *detect_mode(real, mode))
+        return cls(real, *detect_mode(real, mode), unread_recording=unread_recording(real))
+
+    def unjudgeable(self) -> str | None:
+        """Why judging this root would be wrong, or None: a root that is not live whose
+        recording this agentd cannot read (a newer agentd's capture, a damaged manifest)
+        would be judged without its recorded answers (NVML, ethtool, DCB, uname), and a
+        sick node it recorded (a lost GPU, a down NVLink) would look healthy."""
+        if self.is_live or self.unread_recording is None:
+            return None
+        return (f"host root {self.root} holds a recording this agentd cannot read ({self.unread_recording}): "
+                "judged without its recorded answers (NVML, ethtool, DCB), a sick node would look healthy; "
+                "use an agentd that reads it (`agentd inspect` still shows the files)")
 
     @property
     def is_live(self) -> bool:
@@ -167,6 +182,14 @@ def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, JsonValue] | Non
         except recorded.ManifestError as e:
             return None, None, f"{recorded.MANIFEST}: {e}; its recorded answers are not read"
     return None, None, None
+
+
+def unread_recording(root: Path) -> str | None:
+    """Why the recording under ``root`` is not read: a ``.agentd/manifest.json`` that this
+    agentd does not read (a newer version, damaged, not a manifest); None when there is
+    none or it is read."""
+    answers, _, problem = _recorded_dir(root)
+    return problem if answers is None else None
 
 
 def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, JsonValue] | None]:
@@ -611,8 +634,9 @@ class ReadContext:
     # -- paths --------------------------------------------------------------
     def resolve(self, rel: str | os.PathLike[str], *, required: bool = False) -> Path | None:
         """The directory ``rel`` names, symlinks followed without leaving the root (a
-        Path under it); None when it does not exist (an error when ``required``) or
-        leaves the root (an ``escape`` error)."""
+        Path under it); None when it does not exist (an error when ``required``), cannot
+        be walked (an error whatever ``required`` says: EACCES, EMFILE, EIO) or leaves the
+        root (an ``escape`` error)."""
         p = self._abs(rel)
         try:
             real, is_dir = self._resolve_path(p)
@@ -622,7 +646,12 @@ class ReadContext:
             return None
         except OSError as e:
             self._log(("resolve", p, e.errno))
-            if required:
+            # ENOENT is absence; anything else (EMFILE when fds ran out, EACCES, EIO) is a
+            # read error even where absence would be normal: the entry may be there.
+            kind = _classify_oserror(e)
+            if kind != "missing":
+                self.error(rel, kind, e.strerror or str(e))
+            elif required:
                 self.error(rel, "missing", "does not exist")
             return None
         if self.journal is not None:

@@ -118,6 +118,10 @@ def _read_hca(ctx: ReadContext, name: str, parts: frozenset[Part]) -> Hca | None
         if device_dir is None and bdf_of_class_path(real, "infiniband"):
             device_dir = real.parent.parent
         inventory = _read_inventory(ctx, entry, real, device_dir)
+    elif (bdf := bdf_of_class_path(real, "infiniband")) is not None:
+        # The PCI function the entry resolved under, read off the path (no access): an HCA
+        # renamed at runtime is known by its bus id before the slow tier reads its inventory.
+        inventory["pci_bus_id"] = bdf
 
     netdevs = _PciNetdevs(ctx, device_dir)
     ports = []

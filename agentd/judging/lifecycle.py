@@ -25,6 +25,13 @@ grace) the findings are the checks' own, plus ``since``.
 
 ``Tracks`` round-trip through JSON (``to_json``/``from_json``) so a restart keeps every
 episode: its ``since``, its sticky window, its pending count.
+
+Two clocks. What is shown and persisted (``since``, ``raises_at``, ``clears_at``) is wall
+time; how long a condition has held or been gone is measured on the aging clock ``advance``
+is given (``clock``: the monotonic clock in the daemon), so a wall-clock step (an RTC wrong
+at boot, NTP's ``makestep``) neither keeps a cleared critical counted for as long as the
+step back nor raises a pending one early on a step forward. ``from_json`` turns persisted
+wall stamps into ages as of its ``now``, a stamp in the future counting as ``now``.
 """
 
 from __future__ import annotations
@@ -51,11 +58,14 @@ MAX_TRACKS = 4096  # bound on tracked conditions (findings are per device: far f
 class Track:
     """One condition's episode."""
 
-    since: float  # first seen
-    last_seen: float
+    since: float  # first seen (wall time: shown and persisted)
+    last_seen: float  # wall time
     seen: int  # collections in a row that saw it
     raised: bool  # it has counted (raise_after met) in this episode
     finding: Finding  # as last seen (what a sticky one shows)
+    # ``since`` and ``last_seen`` on the aging clock (``advance``'s ``clock``)
+    age_since: float
+    age_last: float
 
 
 @dataclass(frozen=True)
@@ -74,9 +84,15 @@ class Tracks:
         ]  # fmt: skip
 
     @classmethod
-    def from_json(cls, items: JsonValue) -> Tracks:
-        """Tracks from ``to_json``'s list; malformed items are skipped, never raised on."""
+    def from_json(cls, items: JsonValue, *, now: float | None = None, clock: float | None = None) -> Tracks:
+        """Tracks from ``to_json``'s list; malformed items are skipped, never raised on.
+        ``now``: the wall time it is read at; a stamp later than it (written while the
+        clock was ahead) is taken as ``now``, so a step back never stretches an episode.
+        ``clock``: the aging clock at ``now`` (default ``now``), the one ``advance`` will
+        be given; without ``now``, stamps are taken as they are, on the wall clock."""
         out: dict[Key, Track] = {}
+        if clock is None:
+            clock = now
         for item in items if isinstance(items, (list, tuple)) else ():
             try:
                 f = restored(item["finding"])
@@ -86,7 +102,14 @@ class Tracks:
                     continue
             except Exception:
                 continue
-            out[(f.code, f.subject)] = Track(since=since, last_seen=last, seen=seen, raised=raised, finding=f)
+            if now is not None and clock is not None:
+                last = min(last, now)
+                since = min(since, last)
+                age_since, age_last = clock - (now - since), clock - (now - last)
+            else:
+                age_since, age_last = since, last
+            out[(f.code, f.subject)] = Track(since=since, last_seen=last, seen=seen, raised=raised, finding=f,
+                                             age_since=age_since, age_last=age_last)
             if len(out) >= MAX_TRACKS:
                 break
         return cls(out)
@@ -97,7 +120,8 @@ class Outcome:
     findings: tuple[Finding, ...]  # sorted (agentd.model.sort_findings)
     tracks: Tracks
     # When the outcome changes with no new input (a pending finding raises, a sticky one
-    # clears, boot grace ends): a memo of it is good until then. None: never.
+    # clears, boot grace ends), on the aging clock ``advance`` was given: a memo of it is
+    # good until then. None: never.
     deadline: float | None
 
 
@@ -176,19 +200,23 @@ def _withheld(observed: bool, graced: bool, pending: bool) -> Withheld | None:
 
 
 def advance(tracks: Tracks, findings: Iterable[Finding], *, now: float, settings: LifecycleSettings,
-            booted_at: float | None = None, one_shot: bool = False) -> Outcome:
-    """The findings of one collection (``now``: its time) with their lifecycle applied, and
-    the tracks to pass to the next call. ``booted_at``: the node's boot time (None: unknown,
-    no boot grace). ``one_shot`` (`agentd check` without the daemon's tracks): nothing has
-    been seen before, so raise_after cannot be judged and every condition counts at once
-    (a health check that cannot tell must not hide a fault); observe and boot grace apply."""
+            booted_at: float | None = None, one_shot: bool = False, clock: float | None = None) -> Outcome:
+    """The findings of one collection (``now``: its wall time) with their lifecycle applied,
+    and the tracks to pass to the next call. ``clock``: the aging clock at ``now`` (the
+    daemon's monotonic clock; default ``now``), on which episodes age and ``Outcome.deadline``
+    is given. ``booted_at``: the node's boot time (None: unknown, no boot grace; judged on
+    the wall clock, as boot times are). ``one_shot`` (`agentd check` without the daemon's
+    tracks): nothing has been seen before, so raise_after cannot be judged and every
+    condition counts at once (a health check that cannot tell must not hide a fault);
+    observe and boot grace apply."""
+    age = now if clock is None else clock
     pol = policy_for(settings)
     grace_end = pol.grace_ends(booted_at)
     in_grace = grace_end is not None and now < grace_end
     old = tracks.by_key
     new: dict[Key, Track] = {}
     out: list[Finding] = []
-    deadlines: list[float] = []
+    deadlines: list[float] = []  # on the aging clock
     for f in findings:
         if f.severity == "ok":
             out.append(f)
@@ -196,39 +224,39 @@ def advance(tracks: Tracks, findings: Iterable[Finding], *, now: float, settings
         key = (f.code, f.subject)
         p, observed = pol.of(f)
         t = old.get(key)
-        if t is not None and t.last_seen <= now <= t.last_seen + max(p.clear_after_s, RESUME_GAP_S):
+        if t is not None and t.age_last <= age <= t.age_last + max(p.clear_after_s, RESUME_GAP_S):
             # the same episode: seen again in a row, or a sticky one seen again before it
             # cleared (or across a restart of agentd within RESUME_GAP_S)
-            since, seen = t.since, t.seen + 1
+            since, age_since, seen = min(t.since, now), t.age_since, t.seen + 1  # never shown as first seen in the future
             raised_before = t.raised
         else:
-            since, seen, raised_before = now, 1, False
-        raises_at = since + p.raise_after_s
-        raised = one_shot or raised_before or (seen >= p.raise_after_collections and now >= raises_at)
+            since, age_since, seen, raised_before = now, age, 1, False
+        raises_age = age_since + p.raise_after_s
+        raised = one_shot or raised_before or (seen >= p.raise_after_collections and age >= raises_age)
         if not raised:
-            deadlines.append(raises_at if seen + 1 >= p.raise_after_collections else now)
+            deadlines.append(raises_age if seen + 1 >= p.raise_after_collections else age)
         graced = in_grace and pol.in_grace(f)
         if graced and grace_end is not None:
-            deadlines.append(grace_end)
+            deadlines.append(age + (grace_end - now))
         if len(new) < MAX_TRACKS:
-            new[key] = Track(since=since, last_seen=now, seen=seen, raised=raised, finding=f)
+            new[key] = Track(since=since, last_seen=now, seen=seen, raised=raised, finding=f, age_since=age_since, age_last=age)
         out.append(f.model_copy(update={
             "since": since,
-            "raises_at": None if raised else raises_at,
+            "raises_at": None if raised else now + (raises_age - age),
             "withheld": _withheld(observed, graced, not raised),
         }))  # fmt: skip
     for key, t in old.items():
         if key in new or not t.raised:
             continue  # seen again, or a pending one that went away: no trace
         p, observed = pol.of(t.finding)
-        clears_at = t.last_seen + p.clear_after_s
-        if now >= clears_at:
+        clears_age = t.age_last + p.clear_after_s
+        if age >= clears_age:
             continue  # cleared
-        deadlines.append(clears_at)
+        deadlines.append(clears_age)
         graced = in_grace and pol.in_grace(t.finding)
         if len(new) < MAX_TRACKS:
             new[key] = t
         out.append(t.finding.model_copy(update={
-            "since": t.since, "clears_at": clears_at, "withheld": _withheld(observed, graced, False),
+            "since": min(t.since, now), "clears_at": now + (clears_age - age), "withheld": _withheld(observed, graced, False),
         }))  # fmt: skip
     return Outcome(findings=tuple(sort_findings(out)), tracks=Tracks(new), deadline=min(deadlines) if deadlines else None)

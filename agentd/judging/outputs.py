@@ -1,10 +1,10 @@
-"""Findings about the files agentd writes for others. Pure."""
+"""Findings about the files agentd writes, for others and for itself (the baseline). Pure."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from agentd.judging.findings import file_subject, finding
+from agentd.judging.findings import NODE, file_subject, finding
 from agentd.model import Finding
 from agentd.records import FileStatus
 
@@ -41,3 +41,18 @@ def output_findings(files: Sequence[FileStatus], nccl_problems: Sequence[str] = 
             "report this with `agentd inspect --format json`; NCCL falls back to its own detection meanwhile (NCCL_TOPO_FILE is left out)",
         ))
     return out
+
+
+def baseline_unreadable(path: str, error: str) -> Finding:
+    """``baseline.unreadable``: the baseline file is there but cannot be read. It is left
+    alone (only content that does not parse is ever replaced), so a GPU lost before is not
+    forgotten; meanwhile lost devices are not judged against it. A warning, as
+    ``baseline.foreign``: a fact about agentd's file, not about the node's hardware."""
+    return finding(
+        "baseline.unreadable", "warning", NODE,
+        f"the baseline {path} cannot be read ({error}): it is left alone and read again every collection; "
+        "until then lost GPUs, HCAs and ports are not judged against it and no new baseline is saved",
+        f"make it readable by agentd's user again (`ls -l {path}`; a package upgrade or a restore as root can change its "
+        "owner), or check the filesystem for I/O errors (dmesg); do not delete it unless this node's GPUs and HCAs are all there",
+        measured="unreadable", expected="readable",
+    )

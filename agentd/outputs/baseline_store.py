@@ -17,25 +17,33 @@ from agentd.judging.baseline import Baseline, baseline_from_json, baseline_to_js
 
 
 class BaselineError(Exception):
-    pass
+    """A baseline file that cannot be used: its content does not parse (it may be replaced
+    by the next healthy collection's), or ``BaselineUnreadable``."""
+
+
+class BaselineUnreadable(BaselineError):
+    """A baseline file that is there but cannot be read (EACCES after an ownership change,
+    EIO, EMFILE, not a regular file). It may hold a good baseline, with a GPU lost since: it
+    is never replaced, only read again later."""
 
 
 MAX_BYTES = 4 << 20  # a baseline is a few kB; more is not one
 
 
 def load_baseline(path: Path) -> Baseline | None:
-    """None when there is no baseline yet; BaselineError when the file is corrupt or not a
-    regular file (opened with O_NONBLOCK: a FIFO there is an error, not a hang). Blocking
-    file I/O: the daemon calls it in a lane, never on the event loop."""
+    """None when there is no baseline yet (ENOENT); BaselineUnreadable when the file cannot
+    be read or is not a regular file (opened with O_NONBLOCK: a FIFO there is an error, not
+    a hang); BaselineError when its content does not parse. Blocking file I/O: the daemon
+    calls it in a lane, never on the event loop."""
     try:
-        text = read_regular(path, MAX_BYTES).decode("utf-8")
+        data = read_regular(path, MAX_BYTES)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BaselineError(f"cannot read baseline {path}: {e}") from None
+    except OSError as e:
+        raise BaselineUnreadable(f"cannot read baseline {path}: {e}") from None
     try:
-        return baseline_from_json(text)
-    except ValueError as e:
+        return baseline_from_json(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
         raise BaselineError(f"baseline {path} is not valid: {e}") from None
 
 

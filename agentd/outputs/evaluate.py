@@ -35,7 +35,9 @@ class Evaluation:
     nccl_file_problems: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     new_baseline: Baseline | None = None
     tracks: Tracks = field(default_factory=Tracks)  # the lifecycle's, for the next evaluation
-    deadline: float | None = None  # unix time the lifecycle changes on its own (agentd.judging.lifecycle.Outcome)
+    # when the lifecycle changes on its own, on the clock ``evaluate`` was given (the
+    # monotonic clock in the daemon; agentd.judging.lifecycle.Outcome)
+    deadline: float | None = None
 
     def blocked(self, file: str) -> tuple[str, ...]:
         """Why the NCCL file labelled ``file`` must not be written now (empty: write it)."""
@@ -49,20 +51,21 @@ RenderFn = Callable[[NodeSnapshot, Sequence[Finding], AgentConfig, HcaRoles], Nc
 
 class EvaluateFn(Protocol):
     """``evaluate``, or what stands in for it (the tests' fakes): the Evaluator passes its
-    memoised renderer and the lifecycle's tracks, which a fake may ignore."""
+    memoised renderer, the lifecycle's tracks and the clock they age on, which a fake may ignore."""
 
     def __call__(self, snap: NodeSnapshot, history: Sequence[HistoryEntry], config: AgentConfig, baseline: Baseline | None, *,
-                 render: RenderFn = ..., tracks: Tracks | None = ...) -> Evaluation: ...
+                 render: RenderFn = ..., tracks: Tracks | None = ..., clock: float | None = ...) -> Evaluation: ...
 
 
 def evaluate(snap: NodeSnapshot, history: Sequence[HistoryEntry], config: AgentConfig, baseline: Baseline | None, *,
-             render: RenderFn = render_all, tracks: Tracks | None = None) -> Evaluation:
+             render: RenderFn = render_all, tracks: Tracks | None = None, clock: float | None = None) -> Evaluation:
     """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does), apply the
-    lifecycle at the snapshot's time (``tracks``: the previous evaluation's) and render the
-    NCCL files from the findings that count."""
+    lifecycle at the snapshot's time (``tracks``: the previous evaluation's; ``clock``: the
+    clock episodes age on, default the snapshot's wall time) and render the NCCL files from
+    the findings that count."""
     j = judge(snap, history, config, baseline)
     life = advance(tracks if tracks is not None else Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle,
-                   booted_at=snap.system.booted_at)
+                   booted_at=snap.system.booted_at, clock=clock)
     ev = Evaluation(
         findings=life.findings,
         status=overall_status(life.findings),
@@ -126,7 +129,7 @@ class Evaluator:
             pcfg is config
             and pbase is baseline
             and now - at < refresh_s
-            and (ev.deadline is None or snap.taken_at < ev.deadline)
+            and (ev.deadline is None or now < ev.deadline)
             and all(getattr(snap, f) is getattr(psnap, f) for f in _CONTENT)
             and _probe_flags(snap) == _probe_flags(psnap)
         ):
@@ -139,7 +142,8 @@ class Evaluator:
         if reused is not None:
             self.hits += 1
             return reused
-        ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks)
+        # episodes age on the monotonic clock: a wall-clock step moves none of them
+        ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks, clock=now)
         self.tracks = ev.tracks
         self._last = (snap, ev, config, baseline, now)
         return ev

@@ -115,6 +115,8 @@ def test_judge_records_a_baseline_for_a_healthy_vmd_node(vmd_root):
     remove_gpu(vmd_root, VMD_GPU)
     s3 = collect(vmd_root, cfg, T0 + 20)
     gone = judge(s3, (s1, s2), cfg, baseline)
+    assert ("inventory.gpu.missing", "warning", VMD_GPU) in {(f.code, f.severity, f.subject) for f in gone.findings}
+    gone = judge(collect(vmd_root, cfg, T0 + 30), (s1, s2, s3), cfg, baseline)  # missed again: confirmed
     assert ("inventory.gpu.missing", "critical", VMD_GPU) in {(f.code, f.severity, f.subject) for f in gone.findings}
 
 

@@ -84,6 +84,9 @@ STATUS_OVERRIDE = {"counter_saturated": "critical"}
 # The override (tclass 0) and pcp trust (SL 0) put the traffic on priority 0, where PFC
 # is off: roce.qos.lossy (critical) beside the warning that names the broken link.
 STATUS_OVERRIDE |= {"tclass_override": "critical", "trust_pcp": "critical"}
+# A device gone is critical once a second collection misses it too (checks/inventory.py):
+# these are judged on the collection after the first that missed it.
+CONFIRMED = {"gpu_removed", "nic_removed"}
 
 
 def config(root: Path, kind: str | None = None) -> AgentConfig:
@@ -131,6 +134,10 @@ def test_fault_produces_its_finding_and_clears(kind, tmp_path):
     c.run_sync()
     s2 = c.snapshot(taken_at=T0 + 10)
     faulted = judge(s2, (s1,), cfg, baseline)
+    if kind in CONFIRMED:
+        c.run_sync()
+        s2, first = c.snapshot(taken_at=T0 + 20), s2
+        faulted = judge(s2, (s1, first), cfg, baseline)
     assert expected in triples(faulted.findings, include_ok=True), triples(faulted.findings, include_ok=True)
     if kind in GDR_PATH_MEASURED:
         gdr = next(f for f in faulted.findings if f.code == "gdr.path")

@@ -18,6 +18,8 @@ import pytest
 from aiohttp import web
 
 from agentd.daemon.auth import BasicAuth, basic_auth_middleware, parse_basic_authorization, web_app_options
+from agentd.daemon.connections import ServerLimits
+from agentd.daemon.http import start_server
 from agentd.daemon.webconfig import WebConfigError, load_web_config, parse_go_duration, parse_web_config, ssl_context
 
 OPENSSL = shutil.which("openssl")
@@ -74,15 +76,12 @@ async def serve(cfg) -> AsyncIterator[str]:
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/metrics", ok)
     app.router.add_get("/livez", ok)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=sslctx)
-    await site.start()
-    port = runner.addresses[0][1]
+    srv = await start_server(app, "127.0.0.1:0", ServerLimits(), ssl_context=sslctx)  # the daemon's server: it does the TLS handshakes
+    port = srv.addresses[0][1]
     try:
         yield f"{'https' if sslctx else 'http'}://127.0.0.1:{port}"
     finally:
-        await runner.cleanup()
+        await srv.close()
 
 
 def basic(user: str, password: str) -> str:

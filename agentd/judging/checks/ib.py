@@ -1,5 +1,10 @@
 """IB/RoCE port state, rate, width, port count and flapping (counters: ib_counters.py).
 
+Flapping counts a port's downs over ``thresholds.flap_window_s`` three ways, which see the
+same events and are never added: down->up cycles in the history's port states,
+``link_downed`` increments, and for a RoCE port its netdev's carrier losses (the kernel's
+``carrier_down_count``), which catch a flap between two polls.
+
 Compute ports (roles.compute) are judged strictly. Other ports (storage, management) are
 judged milder: a problem is at most a warning, and a port that is not ACTIVE is only a
 warning when it was seen ACTIVE before (in the baseline or the history); otherwise it is
@@ -18,6 +23,8 @@ HCA model and link layer.
 """
 
 from __future__ import annotations
+
+from typing import Iterable
 
 from agentd.config import Expectations
 from agentd.judging.checks.common import CheckInput, changes, earlier, fmt
@@ -224,11 +231,24 @@ def check_ports(inp: CheckInput) -> list[Finding]:
     return out
 
 
+def _increments(readings: Iterable[int | None]) -> int:
+    """How much a counter rose over ``readings`` (oldest first; None: not read then). A
+    decrease is a reset: not counted, the count goes on from the lower value."""
+    total, last = 0, None
+    for v in readings:
+        if v is None:
+            continue
+        if last is not None and v > last:
+            total += v - last
+        last = v
+    return total
+
+
 def _flaps(snaps: list[HistoryEntry], hca: str, port: int) -> tuple[int, int]:
     """(down->up cycles seen in the states, link_downed increments) over ``snaps``."""
-    cycles = increments = 0
+    cycles = 0
     was_down = False
-    last_downed: int | None = None
+    downed: list[int | None] = []
     for s in snaps:
         h = s.hca(hca)
         p = next((q for q in h.ports if q.port == port), None) if h is not None else None
@@ -238,44 +258,56 @@ def _flaps(snaps: list[HistoryEntry], hca: str, port: int) -> tuple[int, int]:
             if p.is_active and was_down:
                 cycles += 1
             was_down = not p.is_active
-        downed = p.counters.get("link_downed")
-        if downed is not None:
-            if last_downed is not None and downed > last_downed:
-                increments += downed - last_downed  # a decrease is a reset: not counted
-            last_downed = downed
-    return cycles, increments
+        downed.append(p.counters.get("link_downed"))
+    return cycles, _increments(downed)
+
+
+def _carrier_losses(snaps: list[HistoryEntry], netdev: str) -> int:
+    """How often a RoCE port's netdev lost its carrier over ``snaps``: ``carrier_down_count``
+    increments, or half the ``carrier_changes`` ones where the kernel has no down count. The
+    kernel counts every loss, so a flap shorter than the poll, which no port state read
+    ever shows, is counted too."""
+    nds = [s.netdev(netdev) for s in snaps]
+    downs = _increments(n.carrier_down_count if n is not None else None for n in nds)
+    changes = _increments(n.carrier_changes if n is not None else None for n in nds)
+    return max(downs, changes // 2)
 
 
 def check_flapping(inp: CheckInput) -> list[Finding]:
-    """ib.port.flapping: down->up cycles or link_downed increments within flap_window_s,
-    not counting those within lifecycle.boot_grace_s of the node's boot (links train,
-    and may retrain, while a node comes up)."""
+    """ib.port.flapping: down->up cycles, link_downed increments or (RoCE ports) carrier
+    losses of the port's netdev within flap_window_s, not counting those within
+    lifecycle.boot_grace_s of the node's boot (links train, and may retrain, while a node
+    comes up)."""
     snap, th = inp.snapshot, inp.config.thresholds
     start = snap.taken_at - th.flap_window_s
     booted_at, grace = snap.system.booted_at, inp.config.lifecycle.boot_grace_s
     if booted_at is not None and grace > 0:
         start = max(start, booted_at + grace)
-    # entries repeating their predecessor's HCAs hold no transition (agentd.judging.checks.common.changes)
-    past = changes([s for s in earlier(inp.history, snap.taken_at) if s.taken_at >= start], lambda s: s.hcas)
-    if not past:
+    window = [s for s in earlier(inp.history, snap.taken_at) if s.taken_at >= start]
+    if not window:
         return []
+    # entries repeating their predecessor's HCAs (netdevs) hold no transition (agentd.judging.checks.common.changes)
+    past = changes(window, lambda s: s.hcas)
+    by_netdev = [*changes(window, lambda s: s.netdevs), snap]
     roles = inp.resolved_roles()
     snaps = [*past, snap]
-    span = snap.taken_at - past[0].taken_at
+    span = snap.taken_at - window[0].taken_at
     out: list[Finding] = []
     for h in snap.hcas:
         for p in h.ports:
             cycles, increments = _flaps(snaps, h.name, p.port)
-            flaps = max(cycles, increments)  # both see the same events: never add them
+            carrier = _carrier_losses(by_netdev, p.netdev) if p.link_layer == "Ethernet" and p.netdev else None
+            flaps = max(cycles, increments, carrier or 0)  # all see the same events: never add them
             if flaps < th.flap_count:
                 continue
             sev: Severity = "critical" if roles.is_compute(h.name) else "warning"
+            lost = f", {p.netdev} carrier lost {carrier}" if carrier is not None else ""
             out.append(finding(
                 "ib.port.flapping",
                 sev,
                 port_subject(h.name, p.port),
                 f"{_role(roles, h.name)} port went down {flaps} times in the last {fmt(span)} s "
-                f"(link_downed +{increments}, down->up cycles seen {cycles}), threshold {th.flap_count} "
+                f"(link_downed +{increments}{lost}, down->up cycles seen {cycles}), threshold {th.flap_count} "
                 f"in {fmt(th.flap_window_s)} s; now {p.state}",
                 f"an unstable link: reseat or replace the cable/transceiver and check the switch port logs "
                 f"(`mlxlink -d {h.name} -p {p.port}`)",

@@ -5,7 +5,8 @@ Links judged (each once, subject = the PCI bus id whose Link Status describes it
   against the lower of the two ends' maximums, so a x8 card in a x16 slot (or a Gen5 NIC
   in a Gen4 slot) is not called downtrained;
 - the upstream links of PCIe switches above them (ports typed ``upstream`` in config
-  space), against the lower of that port's and its parent's maximums.
+  space, or, where config space was cut short, by their place in the tree: ``port_types``),
+  against the lower of that port's and its parent's maximums.
 GPU link *speed* is not judged: NVIDIA GPUs lower it when idle (P8 runs at 2.5 GT/s);
 their width is. Severity: critical when the link carries less than half the bandwidth it
 should, else warning; links that serve only non-compute NICs are at most warnings.
@@ -22,11 +23,13 @@ safe.
 Config space: port types (which tells switch uplinks apart) live in the PCIe capability
 in the first 256 bytes, ACS in the extended space. The kernel serves only the first 64
 bytes to a reader without CAP_SYS_ADMIN (the shipped unit, unless the ACS drop-in is
-installed), so both are unknown then, and the checks above cannot see a redirect or an
-uplink. That is said once for the node (``pcie.config_space.truncated``), never read as
-"no ACS": as a fact (severity ok) when it is the shipped unit's deliberate 64 bytes, so a
-healthy node on the default install is not degraded; as a warning when the read was refused
-or cut in an unexpected place.
+installed), so both are unknown then. Link widths and speeds are sysfs files any reader
+sees, so a switch uplink is still judged, its type inferred from the tree (a down-trained
+uplink must not pass for want of a capability); ACS cannot be, and that is said once for
+the node (``pcie.config_space.truncated``), never read as "no ACS": as a fact (severity
+ok) when it is the shipped unit's deliberate 64 bytes, so a healthy node on the default
+install is not degraded; as a warning when the read was refused or cut in an unexpected
+place.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class _Link:
     compute: bool
     upstream: bool  # a switch's upstream link (else the link of a GPU/NIC itself)
     serves: list[str] = field(default_factory=list)
+    inferred: bool = False  # an upstream port known from its place in the tree (config space cut)
 
 
 def _low(a: float | int | None, b: float | int | None) -> float | int | None:
@@ -68,12 +72,36 @@ def _endpoints(inp: CheckInput) -> list[tuple[str, str, bool, bool]]:
     return out
 
 
+def port_types(chain: list[PciDevice | None]) -> list[tuple[str | None, bool]]:
+    """(PCIe port type, whether inferred) of each bridge of a parent chain, outermost first.
+    The type is config space's; where that was cut short (64 bytes without CAP_SYS_ADMIN)
+    it is inferred from the bridge's place in the tree, as PCIe builds it: the first bridge
+    below the root complex is a root port, below a root port or a switch's downstream port
+    sits a switch's upstream port, below an upstream port that switch's downstream ports.
+    A bridge whose config space was read whole and has no type (a PCI bridge), or that is
+    not in the snapshot, stops the inference below it. (agentd.host.topology names GPU-NIC
+    distances by the same alternation wherever a type is unknown: a distance must always
+    be named, while a link is judged only where the tree leaves no doubt.)"""
+    out: list[tuple[str | None, bool]] = []
+    above: str | None = None
+    for i, b in enumerate(chain):
+        kind: str | None = b.pcie_port_type if b is not None else None
+        inferred = False
+        if kind is None and b is not None and config_space_truncated(b):
+            kind = "root_port" if i == 0 else {"root_port": "upstream", "downstream": "upstream", "upstream": "downstream"}.get(above or "")
+            inferred = kind is not None
+        out.append((kind, inferred))
+        above = kind
+    return out
+
+
 def _links(inp: CheckInput) -> dict[str, _Link]:
     snap = inp.snapshot
     links: dict[str, _Link] = {}
 
-    def add(dev: PciDevice, partner: PciDevice | None, judge_speed: bool, compute: bool, label: str, upstream: bool) -> None:
-        link = links.setdefault(dev.bdf, _Link(dev, partner, judge_speed, False, upstream))
+    def add(dev: PciDevice, partner: PciDevice | None, judge_speed: bool, compute: bool, label: str, upstream: bool,
+            inferred: bool = False) -> None:
+        link = links.setdefault(dev.bdf, _Link(dev, partner, judge_speed, False, upstream, inferred=inferred))
         link.compute = link.compute or compute
         if label not in link.serves:
             link.serves.append(label)
@@ -84,9 +112,9 @@ def _links(inp: CheckInput) -> dict[str, _Link]:
             continue
         chain = [snap.pci_device(b) for b in dev.parent_chain]
         add(dev, chain[-1] if chain else None, not is_gpu, compute, label, False)
-        for i, bridge in enumerate(chain):
-            if bridge is not None and i > 0 and bridge.pcie_port_type == "upstream":
-                add(bridge, chain[i - 1], True, compute, label, True)
+        for i, (bridge, (kind, inferred)) in enumerate(zip(chain, port_types(chain), strict=True)):
+            if bridge is not None and i > 0 and kind == "upstream":
+                add(bridge, chain[i - 1], True, compute, label, True, inferred)
     return links
 
 
@@ -110,6 +138,8 @@ def _judge(link: _Link) -> Finding | None:
     note = "" if link.judge_speed else " (GPU link speed not judged: it drops when idle)"
     serves = ", ".join(link.serves)
     what = f"switch upstream link above {serves}" if link.upstream else f"link of {serves}"
+    if link.inferred:
+        what += " (a switch uplink by its place in the PCI tree: config space was cut short)"
     return finding(
         "pcie.link.downtrained",
         sev,
@@ -246,14 +276,15 @@ def check_config_space(inp: CheckInput) -> list[Finding]:
         why = "the read was refused (a security module such as AppArmor or SELinux, or an I/O error) or returned nothing"
     else:
         why = f"the kernel returned only {'/'.join(map(str, sizes))} bytes, or refused the read"
-    unseen = "PCIe port types (switch uplinks) and ACS" if any(d.is_bridge for d in cut) else "PCIe port types"
+    unseen = ("PCIe port types and ACS are unknown: the ACS redirect check cannot run, and switch uplinks are judged "
+              "as their place in the PCI tree says" if any(d.is_bridge for d in cut) else "PCIe port types are unknown")
     return [finding(
         "pcie.config_space.truncated",
         "ok" if unprivileged else "warning",  # 64 bytes: the default unit's choice, said, not judged
         NODE,
         f"PCI config space of {len(cut)} of the {len(judged)} functions the PCIe checks judge (GPUs, HCAs and "
-        f"the bridges above them) could not be read {f'past byte {sizes[-1]}' if sizes[-1] else 'at all'}: {why}. {unseen} are unknown, so the "
-        f"ACS redirect and switch uplink checks cannot run (first: {cut[0].bdf})",
+        f"the bridges above them) could not be read {f'past byte {sizes[-1]}' if sizes[-1] else 'at all'}: {why}. {unseen} "
+        f"(first: {cut[0].bdf})",
         "install systemd/agentd-acs.conf.example as a drop-in (CAP_SYS_ADMIN; the trade-off is described inside), "
         "or run `agentd check` as root on a schedule to judge ACS; `lspci -vvv` as root shows ACSCtl",
         measured=len(cut),
