@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # types only: ssl is imported when a web config serves TLS (a
 
 JSON = "application/json"
 NO_STORE = {"Cache-Control": "no-store"}
+HANDOVER_S = 0.25  # on a reload: how long the old server reads requests already sent to it
 
 
 class StateSource(Protocol):
@@ -229,8 +230,9 @@ class HttpServer:
     async def replace(self, app: web.Application, limits: ServerLimits, *, ssl_context: ssl.SSLContext | None = None) -> None:
         """Serve ``app`` with ``ssl_context`` from now on. The new server accepts on
         duplicates of the listening sockets before the old one stops, so no connection
-        attempt is refused; connections of the old app are closed (in-flight requests get
-        0.5 s). On error the old server keeps serving."""
+        attempt is refused; the old site stops accepting, requests already sent on its
+        connections are read for ``HANDOVER_S`` and answered (in-flight requests get 0.5 s),
+        then its connections are closed. On error the old server keeps serving."""
         async with self._replacing:
             await self._replace(app, limits, ssl_context)
 
@@ -248,8 +250,14 @@ class HttpServer:
             for s in socks:
                 s.close()
             raise
-        old, self.runner, self.site = self.runner, runner, site
+        old, old_site, self.runner, self.site = self.runner, self.site, runner, site
         self.limiter.configure(limits)
+        await old_site.stop()  # the new site takes every connection from now on
+        # A connection the old site accepted a moment ago may not have sent or had its request
+        # read yet; aiohttp's shutdown closes such "idle" connections at once (a reload storm
+        # dropped ~1 % of requests unanswered). Let them be read first: shutdown then waits for
+        # a request in progress.
+        await asyncio.sleep(HANDOVER_S)
         await old.cleanup()
 
     async def close(self) -> None:
