@@ -24,7 +24,7 @@ from agentd.judging.roles import HcaRoles
 from agentd.model import Finding, NodeSnapshot, overall_status
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
-HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance"]
+HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance", "nothing-to-judge"]
 _T = TypeVar("_T")
 
 
@@ -59,6 +59,8 @@ class State:
     # ended, the unix time it did until a full collection that started later is published
     maintenance: Any = None
     maintenance_ended_at: float | None = None
+    # why the node has nothing to judge (agentd.judging.scope: no GPUs, no RDMA devices), or None
+    nothing_to_judge: str | None = None
     # The exposition of this State (the daemon passes agentd.daemon.exposition.REGISTRY.render):
     # injected, so the State holds finished bytes and never imports the metrics layer.
     render_metrics: Callable[["State"], bytes] | None = field(default=None, repr=False, compare=False)
@@ -79,7 +81,8 @@ class State:
             return "starting"
         if self.in_maintenance:
             return "maintenance"
-        return self.measured_status
+        measured = self.measured_status
+        return "nothing-to-judge" if measured == "ok" and self.nothing_to_judge is not None else measured
 
     def cached(self, key: Any, build: Callable[[], _T]) -> _T:
         """Derived data computed at most once per State (the loop thread is the only reader)."""

@@ -36,6 +36,8 @@ class Evaluation:
     new_baseline: Baseline | None = None
     tracks: Tracks = field(default_factory=Tracks)  # the lifecycle's, for the next evaluation
     deadline: float | None = None  # unix time the lifecycle changes on its own (agentd.judging.lifecycle.Outcome)
+    # no GPUs, no RDMA devices (agentd.judging.scope): nothing rendered, nothing written
+    nothing_to_judge: str | None = None
 
     def blocked(self, file: str) -> tuple[str, ...]:
         """Why the NCCL file labelled ``file`` must not be written now (empty: write it)."""
@@ -63,9 +65,10 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
         new_baseline=j.new_baseline,  # judged on every finding: a node in boot grace is not a healthy inventory
         tracks=life.tracks,
         deadline=life.deadline,
+        nothing_to_judge=j.nothing_to_judge,
     )
-    if not config.nccl.enabled:
-        return ev
+    if not config.nccl.enabled or j.nothing_to_judge is not None:
+        return ev  # no NCCL files for a node without GPUs and RDMA devices
     try:
         r = render(snap, counted(life.findings), config, j.roles)
     except Exception as e:
