@@ -7,6 +7,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= h100-ib
+# the demo's config: the defaults with 30 s kernel holds and counter windows, so every injected fault clears
+DEMO_CONFIG := demo/agentd.toml
 
 .PHONY: venv demo test test-fast bench lint lock helm clean
 
@@ -25,7 +27,7 @@ demo: $(STAMP)
 		$(BIN)/agentd run; \
 	else \
 		echo "no GPUs/HCAs on this host: running agentd on a simulated '$(PROFILE)' node"; \
-		$(BIN)/agentd run --simulate $(PROFILE); \
+		$(BIN)/agentd run --simulate $(PROFILE) --config $(DEMO_CONFIG); \
 	fi
 
 # ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]).

@@ -40,7 +40,7 @@ def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
 
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None) -> Ran:
-    """``agentd ARGS...`` in this process; a usage error's exit is the status argparse gives."""
+    """``agentd ARGS...`` in this process; a usage error's exit (3) and --help's (0) are returned like any other."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err), _environment(env):
         try:
