@@ -10,7 +10,7 @@ PROFILE ?= h100-ib
 # the demo's config: the defaults with 30 s kernel holds and counter windows, so every injected fault clears
 DEMO_CONFIG := demo/agentd.toml
 
-.PHONY: venv demo test test-fast bench lint lock helm clean
+.PHONY: venv demo test test-fast bench lint lock helm docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentd needs Python >= 3.11"'
@@ -32,7 +32,7 @@ demo: $(STAMP)
 
 # ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]).
 lint: $(STAMP)
-	$(BIN)/ruff check agentd tests bench
+	$(BIN)/ruff check agentd tests bench docs
 	$(BIN)/mypy
 
 # The suite on parallel workers (it waits on daemons, Prometheus and deadlines more than it
@@ -75,6 +75,11 @@ lock: $(STAMP)
 # three equal to their sources). Run after editing grafana/ or the chart.
 helm: $(STAMP)
 	$(BIN)/python packaging/helm/sync.py
+
+# The parts of the docs that are facts of the code (the command table, the alert table, the
+# dashboards' panel counts, the quoted bench figures): docs/generate.py, checked by tests/docs.
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

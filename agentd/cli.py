@@ -103,9 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="the capture file to write (tar.gz)")
     p.add_argument("--redact", action="store_true", help="replace serials, GUIDs, MACs, UUIDs, hostnames and IPs, consistently")
 
-    p = sub.add_parser("render", help="write nccl.env, nccl.conf and nccl-topo.xml")
+    p = sub.add_parser("render", help="write the NCCL files once, where the daemon writes them (paths.nccl_env, and paths.nccl_topo "
+                                      "and paths.nccl_conf as nccl.write_topo and nccl.write_conf say); with --out-dir: nccl.env, "
+                                      "nccl.conf and nccl-topo.xml there")
     _common(p, fmt=False)
-    p.add_argument("--out-dir", type=Path, help="write the three files here instead of the configured paths")
+    p.add_argument("--out-dir", type=Path, help="write nccl.env, nccl.conf and nccl-topo.xml here instead of the configured paths")
     p.add_argument("--diff", action="store_true", help="show what would change, write nothing")
 
     p = sub.add_parser("simulate", help="write a simulated node as a host-root tree")
