@@ -100,7 +100,10 @@ def acquire(path: Path | str, *, wait_s: float = 0.0, info: Mapping[str, str] | 
     holds it that long; OSError when the file cannot be opened or is not a regular file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    # The lock is held on a read-only descriptor (flock needs no write access): a file open
+    # for writing for the daemon's whole life would keep its filesystem from being remounted
+    # read-only. Who holds it is written through a descriptor of its own, closed at once.
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     try:
         if not _is_regular(fd):
             raise OSError(f"{path} is not a regular file")
@@ -114,9 +117,7 @@ def acquire(path: Path | str, *, wait_s: float = 0.0, info: Mapping[str, str] | 
                     raise LockHeld(path, holder(path, settle_s=_HOLDER_SETTLE_S)) from None
                 time.sleep(POLL_S)
         said = {"pid": os.getpid(), "started": time.time(), **dict(info or {})}
-        data = (json.dumps(said, sort_keys=False) + "\n").encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
+        _write_holder(path, (json.dumps(said, sort_keys=False) + "\n").encode())
     except BaseException:
         os.close(fd)
         raise
@@ -173,6 +174,17 @@ def _read_holder(path: Path) -> Holder | None:
         started=float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else None,
         info={str(k): str(v) for k, v in doc.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)},
     )
+
+
+def _write_holder(path: Path, data: bytes) -> None:
+    """Who holds the lock, into its file (the holder's only writer while it holds it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not _is_regular(fd):
+            raise OSError(f"{path} is not a regular file")
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _is_regular(fd: int) -> bool:

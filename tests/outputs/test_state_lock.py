@@ -80,3 +80,19 @@ def test_a_lock_file_of_other_words_names_no_holder(tmp_path):
     path.write_text('{"pid": true, "started": "x", "config": ["a"]}')
     h = holder(path)
     assert h is not None and h.pid is None and h.started is None and h.info == {}
+
+
+def test_the_held_lock_keeps_no_file_open_for_writing(tmp_path):
+    """A daemon holds its lock for its life: a descriptor open for writing all that time
+    would keep the state directory's filesystem from being remounted read-only."""
+    path = tmp_path / "agentd.lock"
+    with acquire(path, info={"config": "x"}):
+        modes = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                    modes.append(int(open(f"/proc/self/fdinfo/{fd}").read().split("flags:")[1].split()[0], 8) & os.O_ACCMODE)
+            except OSError:
+                continue
+        assert modes == [os.O_RDONLY]
+        assert holder(path).info == {"config": "x"}
