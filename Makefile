@@ -30,10 +30,14 @@ demo: $(STAMP)
 		$(BIN)/agentd run --simulate $(PROFILE) --config $(DEMO_CONFIG); \
 	fi
 
-# ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]).
+# ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]); no top-level
+# name in agentd/ that nothing references (tools/unused_names.py: dead code goes); no Any
+# in agentd/ without a comment saying why (tools/bare_any.py).
 lint: $(STAMP)
-	$(BIN)/ruff check agentd tests bench docs
+	$(BIN)/ruff check agentd tests bench tools docs
 	$(BIN)/mypy
+	$(BIN)/python tools/unused_names.py
+	$(BIN)/python tools/bare_any.py
 
 # The suite on parallel workers (it waits on daemons, Prometheus and deadlines more than it
 # computes), one test file per worker at a time so a file's shared daemons start once;

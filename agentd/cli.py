@@ -19,10 +19,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from agentd import __version__
 from agentd.base.escape import json_text
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.selfcmd import agentd_command
 from agentd.config import AgentConfig, ConfigError, load_config
 
@@ -144,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------
 
 
-def _config(args: argparse.Namespace, **extra: Any) -> AgentConfig:
-    over: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+def _config(args: argparse.Namespace, **extra: JsonValue) -> AgentConfig:
+    over: JsonObject = {k: v for k, v in extra.items() if v is not None}
     if getattr(args, "host_root", None) is not None:
         over["host_root"] = str(args.host_root)
     return load_config(args.config, overrides=over or None)

@@ -19,10 +19,12 @@ The service itself (schedules, publishing, reload, watchdog) is
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.openssl_gate import without_tls
 from agentd.base.selfcmd import agentd_command
 from agentd.config import AgentConfig, ConfigError, load_config
@@ -43,7 +45,7 @@ async def run_daemon(
     config_path: Path | None,
     host: HostRoot,
     ready_message: bool = True,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, JsonValue] | None = None,
     try_this: Callable[[str], str] | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT. ``ready_message`` prints where to curl on stdout once
@@ -51,7 +53,7 @@ async def run_daemon(
     ``overrides`` (CLI flags) are applied again on every SIGHUP reload."""
     from agentd.daemon.daemon import Daemon
 
-    daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides)
+    daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides, persist_history=True)
 
     def announce(addresses: list[tuple[str, int]]) -> None:
         if not ready_message:
@@ -70,7 +72,7 @@ async def run_daemon(
 def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Path:
     import tempfile
 
-    from agentd import sim  # only `agentd run --simulate`: the simulator stays out of the daemon (~0.8 MiB)
+    from agentd import sim  # only `agentd run --simulate`: the simulator stays out of the daemon's RSS (docs/performance.md)
 
     out = sim_dir if sim_dir is not None else Path(tempfile.mkdtemp(prefix="agentd-sim-"))
     return Path(sim.build_tree(profile, out, faults=faults))
@@ -127,7 +129,7 @@ def _lock_state_dir(config: AgentConfig, config_path: Path | None) -> StateLock 
         return None
 
 
-def _not_the_node(config: AgentConfig, host: HostRoot, overrides: dict[str, Any], config_path: Path | None) -> AgentConfig:
+def _not_the_node(config: AgentConfig, host: HostRoot, overrides: JsonObject, config_path: Path | None) -> AgentConfig:
     """A root that is not the node keeps its state beside it, whatever the config says
     (DESIGN.md 3, docs/node-state.md): every ``paths.*`` moves into ``<root>-out/``. The
     move is a command-line override, so a reload (SIGHUP) keeps it."""
@@ -136,10 +138,10 @@ def _not_the_node(config: AgentConfig, host: HostRoot, overrides: dict[str, Any]
     return load_config(config_path, overrides=overrides)
 
 
-def main_run(args: Any) -> int:
+def main_run(args: argparse.Namespace) -> int:
     from agentd.base.escape import printable
 
-    overrides: dict[str, Any] = {}
+    overrides: JsonObject = {}
     if getattr(args, "listen", None):
         overrides["listen"] = args.listen
     if getattr(args, "host_root", None) is not None:

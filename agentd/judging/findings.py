@@ -9,8 +9,8 @@ by :func:`finding`: the message is always one line, and the subject is a typed
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from agentd.base.jsontypes import JsonValue
 from agentd.model import Finding, Severity, Subject
 
 NODE = Subject(kind="node")
@@ -120,7 +120,7 @@ def finding_block(f: Finding) -> list[str]:
     return [line, REMEDIATION_PREFIX + fix] if fix else [line]
 
 
-def restored(data: Any) -> Finding:
+def restored(data: JsonValue) -> Finding:
     """A finding read back from agentd's own state file (the lifecycle's tracks: its JSON
     plus ``about``, the typed subject), built by ``finding`` like any other. Raises
     (ValueError, TypeError, KeyError) on anything else."""

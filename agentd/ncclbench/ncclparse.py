@@ -99,7 +99,7 @@ class _Builder:
     ranks: list[RankLine] = field(default_factory=list)
     columns: tuple[str, ...] = ()
     error_column: str | None = None
-    rows: list[dict[str, Any]] = field(default_factory=list)  # Row's fields, less op
+    rows: list[dict[str, Any]] = field(default_factory=list)  # Any: Row's fields by name, less op (validated by Row)
     avg: float | None = None
     oob: tuple[int, bool] | None = None
     concluded: bool = False

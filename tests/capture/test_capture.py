@@ -137,20 +137,6 @@ def test_the_file_keeps_sysfs_symlinks_and_holds_only_files_directories_and_link
 
 
 @pytest.mark.tree
-def test_an_older_simulator_tree_is_captured_in_the_new_format(tmp_path, capsys):
-    cfg = _config(tmp_path)
-    root = sim.build_tree("h100-roce", tmp_path / "node")
-    (root / recorded.MANIFEST).unlink()
-    (root / recorded.DIR / recorded.SIMULATION).unlink()
-    (root / recorded.DIR).rename(root / recorded.LEGACY_DIR)
-    before = _check(capsys, cfg, root)
-    out = tmp_path / "c.tgz"
-    assert _run(capsys, "capture", "--config", str(cfg), "--host-root", str(root), "--out", str(out))[0] == 0
-    assert not any(n.startswith(recorded.LEGACY_DIR) for n in _members(out))
-    assert _check(capsys, cfg, out) == before
-
-
-@pytest.mark.tree
 def test_odd_bytes_in_names_survive_the_round_trip(tmp_path, capsys):
     cfg = _config(tmp_path)
     root = odd_tree(tmp_path / "node")

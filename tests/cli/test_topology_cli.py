@@ -1,26 +1,20 @@
-"""`agentd topology`: the placement, the Slurm block line and the merge, run as a site runs
-them (a subprocess on a simulated node; the merge reading stdin and files)."""
+"""`agentd topology`: the placement, the Slurm block line and the merge, on a simulated node
+(the command in this process; the merge reading stdin and files)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentd import sim
-
-pytestmark = pytest.mark.proc
-
-HANG_GUARD_S = 120  # a guard against a wedged test, not a timing assertion
+from tests.support.cli import Ran, run_cli
 
 
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentd", "topology", *args], capture_output=True, text=True, input=stdin,
-                          timeout=HANG_GUARD_S, env={"PATH": "/usr/bin:/bin"})
+def run(*args: str, stdin: str | None = None) -> Ran:
+    return run_cli("topology", *args, stdin=stdin)
 
 
 @pytest.fixture(scope="module")

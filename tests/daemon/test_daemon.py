@@ -37,8 +37,16 @@ class FakeCollector:
         while self.block is not None and self.block.is_set():
             await asyncio.sleep(0.01)
 
+    kernel_source = None
+
     def snapshot(self):
         return fixtures.snapshot(time.time())
+
+    def snapshot_job(self):
+        return self.snapshot
+
+    def steady_snapshot(self):
+        return None
 
     def with_config(self, config):
         self.config = config
@@ -46,7 +54,7 @@ class FakeCollector:
 
 
 def fake_evaluate(findings=()):
-    def evaluate(snap, history, config, baseline):
+    def evaluate(snap, history, config, baseline, **_):
         return Evaluation(findings=tuple(findings), status="ok", roles=HcaRoles(("mlx5_0",), ("mlx5_1",), "inferred"), expected=Expected())
 
     return evaluate
@@ -129,7 +137,7 @@ async def test_status_line_follows_findings(tmp_path, notify):
     notifier, sock = notify
     findings: list[Finding] = []
 
-    def evaluate(snap, history, cfg, baseline):
+    def evaluate(snap, history, cfg, baseline, **_):
         return Evaluation(findings=tuple(findings), status="ok", roles=HcaRoles(("mlx5_0",), (), "inferred"), expected=Expected())
 
     d, _ = make(tmp_path, notifier, evaluate=evaluate)

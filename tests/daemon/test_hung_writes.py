@@ -168,6 +168,8 @@ def test_a_fifo_at_the_baseline_path_is_an_invalid_baseline_not_a_hang(tmp_path)
 
 
 class FakeCollector:
+    kernel_source = None
+
     def __init__(self, config):
         self.config = config
 
@@ -176,6 +178,12 @@ class FakeCollector:
 
     def snapshot(self):
         return fixtures.snapshot(time.time())
+
+    def snapshot_job(self):
+        return self.snapshot
+
+    def steady_snapshot(self):
+        return None
 
     def with_config(self, config):
         return self
@@ -188,7 +196,7 @@ async def test_a_fifo_at_the_baseline_path_hangs_neither_health_nor_sigterm(tmp_
                          paths={"baseline": str(fifo)}).model_copy(update={"listen": "127.0.0.1:0"})
     log = Log()
     d = Daemon(config, host=HostRoot.at(tmp_path), collector=FakeCollector(config), probe_tiers=dict(PROBE_TIERS),
-               evaluate=lambda snap, hist, cfg, baseline: Evaluation(findings=(), status="ok", roles=ROLES, expected=Expected()),
+               evaluate=lambda snap, hist, cfg, baseline, **_: Evaluation(findings=(), status="ok", roles=ROLES, expected=Expected()),
                notifier=Notifier({}), watchdog=None, log=log)
     # Should the event loop block on the FIFO (the code before the fix), this thread gives the
     # reader its EOF after the bound, so the test fails instead of hanging.
@@ -283,7 +291,7 @@ async def test_a_baseline_read_that_hangs_is_never_overwritten_and_is_picked_up_
         assert config.paths.baseline.read_text() == baseline_to_json(real)
     finally:
         release.set()
-    while pub._baseline_lane.busy:
+    while pub.baseline_keeper.busy:
         await asyncio.sleep(0.01)
     await pub.judge(lambda: snap, fixtures_history(), config)
     assert pub.baseline == real and "baseline.loaded" in log.names()

@@ -19,6 +19,7 @@ from agentd.host.dcb import build_ieee_get, parse_mlnx_qos, parse_reply, read_pf
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.model import PfcConfig
 from tests.support.fixtures import OUTPUTS
+from tests.support.recorded_root import answers_dir
 
 MLNX_QOS = OUTPUTS / "mlnx_qos.eth4-roce-trust-dscp-pfc3.txt"
 DEFAULT_DSCP2PRIO = {d: d >> 3 for d in range(64)}  # mlx5's default map, as the real sample prints it
@@ -250,14 +251,14 @@ def test_mlnx_qos_garbage_is_none(text):
 
 
 def test_sim_root_reads_dcb_files(tmp_path):
-    d = tmp_path / ".agentd-sim" / "dcb"
+    d = answers_dir(tmp_path) / "dcb"
     d.mkdir(parents=True)
     (d / "eth4").write_bytes(MLNX_QOS.read_bytes())
     (d / "eth5").write_text("not mlnx_qos output\n")
     ctx = ReadContext(HostRoot.at(tmp_path), "dcb")
     out = read_pfc(ctx, ["eth4", "eth5", "eth6"])
     assert out == {"eth4": PfcConfig(enabled=(3,), trust="dscp", source="mlnx_qos", dscp2prio=DEFAULT_DSCP2PRIO)}  # eth6: not DCB capable
-    assert [(e.path, e.kind) for e in ctx.errors] == [(".agentd-sim/dcb/eth5", "unparsable")]
+    assert [(e.path, e.kind) for e in ctx.errors] == [(".agentd/dcb/eth5", "unparsable")]
 
 
 def test_copied_tree_has_no_dcb_data(tmp_path: Path):

@@ -16,6 +16,7 @@ import pytest
 from agentd.host import ethtool
 from agentd.host.ethtool import ecn_counters, parse_ethtool_s, pfc_counters, read_ethtool
 from agentd.host.fs import HostRoot, ReadContext
+from tests.support.recorded_root import answers_dir
 
 # Realistic excerpt of `ethtool -S` on a ConnectX-7 RoCE port with PFC on priority 3.
 MLX5_TEXT = """NIC statistics:
@@ -43,7 +44,7 @@ def ctx_for(root: Path, source: str = "ethtool") -> ReadContext:
 
 
 def sim_root(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
-    d = tmp_path / ".agentd-sim" / "ethtool"
+    d = answers_dir(tmp_path) / "ethtool"
     d.mkdir(parents=True)
     for name, content in files.items():
         p = d / name
@@ -122,8 +123,8 @@ def test_sim_garbage_is_unparsable_for_that_interface_only(tmp_path):
     out = read_ethtool(ctx, ["eth2", "eth3", "eth4"])
     assert list(out) == ["eth4"]
     kinds = {(e.path, e.kind) for e in ctx.errors}
-    assert (".agentd-sim/ethtool/eth2", "unparsable") in kinds
-    assert (".agentd-sim/ethtool/eth3", "unparsable") in kinds
+    assert (".agentd/ethtool/eth2", "unparsable") in kinds
+    assert (".agentd/ethtool/eth3", "unparsable") in kinds
     assert all(e.source == "ethtool" for e in ctx.errors)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from agentd.host import fs
 from agentd.host.fs import HostRoot, ReadContext, parse_int
+from tests.support.recorded_root import answers_dir
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ def test_live_root_flags(tmp_path):
     assert HostRoot.at("/").is_live
     h = HostRoot.at(tmp_path)
     assert not h.is_live and not h.is_simulated
-    (tmp_path / ".agentd-sim").mkdir()
+    answers_dir(tmp_path)
     assert not h.is_simulated  # the mode is decided when the root is opened
     assert HostRoot.at(tmp_path).is_simulated
 

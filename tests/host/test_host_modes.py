@@ -19,6 +19,7 @@ from agentd import sim
 from agentd.base import recorded
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.nvml import read_nvml
+from tests.support.cli import run_cli
 from tests.support.paths import REPO
 
 RUNNING_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -126,14 +127,13 @@ def test_the_configured_mode_wins_and_says_so(tmp_path):
         HostRoot.at("/", "sideways")
 
 
-@pytest.mark.proc
 @pytest.mark.tree
 def test_inspect_shows_the_mode_and_why(tmp_path):
     root = sim.build_tree("pcie-4gpu", tmp_path / "node")
-    out = subprocess.run([sys.executable, "-m", "agentd", "inspect", "--host-root", str(root), "--format", "json"], capture_output=True, text=True, timeout=120)
+    out = run_cli("inspect", "--host-root", str(root), "--format", "json")
     doc = json.loads(out.stdout)
     assert doc["host_mode"]["mode"] == "simulated" and "pcie-4gpu" in doc["host_mode"]["reason"]
-    text = subprocess.run([sys.executable, "-m", "agentd", "inspect", "--host-root", str(root)], capture_output=True, text=True, timeout=120).stdout
+    text = run_cli("inspect", "--host-root", str(root)).stdout
     assert "mode simulated: " in text
 
 

@@ -18,6 +18,7 @@ from agentd.host.nvml import normalize_bus_id, read_nvml
 from agentd.host.runner import Lane
 from agentd.model import NvLink, NvmlGpu, NvmlInfo
 from tests.support.fixtures import OUTPUTS
+from tests.support.recorded_root import answers_dir
 
 H100_Q = OUTPUTS / "nvidia-smi-q.h100-sxm-8gpu.535.161.08.txt"
 
@@ -27,9 +28,9 @@ def live_ctx() -> ReadContext:
 
 
 def sim_ctx(root: Path, doc: dict | str | None) -> ReadContext:
-    (root / ".agentd-sim").mkdir(parents=True, exist_ok=True)
+    d = answers_dir(root)
     if doc is not None:
-        (root / ".agentd-sim" / "nvml.json").write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        (d / "nvml.json").write_text(doc if isinstance(doc, str) else json.dumps(doc))
     return ReadContext(HostRoot.at(root), "nvml")
 
 
@@ -110,7 +111,7 @@ def test_sim_unknown_key_is_unparsable_and_named(tmp_path):
     info = read_nvml(ctx)
     assert info.available is False
     [err] = ctx.errors
-    assert (err.source, err.path, err.kind) == ("nvml", ".agentd-sim/nvml.json", "unparsable")
+    assert (err.source, err.path, err.kind) == ("nvml", ".agentd/nvml.json", "unparsable")
     assert "gpus.0.nvlinks.0.speed_gbps" in err.detail
 
 
@@ -185,7 +186,7 @@ def test_sim_negative_hang_is_rejected(tmp_path):
 def test_sim_root_without_nvml_json(tmp_path):
     ctx = sim_ctx(tmp_path, None)
     info = read_nvml(ctx)
-    assert not info.available and ".agentd-sim/nvml.json" in (info.error or "") and "simulated" in (info.error or "")
+    assert not info.available and ".agentd/nvml.json" in (info.error or "") and "simulated" in (info.error or "")
     assert ctx.errors == []
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from agentd.judging.judge import judge
 from agentd.nccl import render_all
 from agentd.sim import PROFILES, Profile
 from agentd.sim.pristine import write_profile_tree
+from tests.support.cli import Ran, run_cli
 
 HANG_GUARD_S = 120  # a guard against a wedged test, not a timing assertion
 T0 = 1_000_000.0
@@ -134,14 +133,10 @@ def test_nccl_topology_of_a_vmd_node_passes_the_nccl_rule_check(vmd_root):
         assert line.startswith('    <pci busid=') and line.endswith("/>"), line
 
 
-def run_check(root: Path, cfg: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentd", "check", "--host-root", str(root), "--config", str(cfg), *extra],
-        check=False, capture_output=True, text=True, timeout=HANG_GUARD_S, env={"PATH": "/usr/bin:/bin"},
-    )
+def run_check(root: Path, cfg: Path, *extra: str) -> Ran:
+    return run_cli("check", "--host-root", str(root), "--config", str(cfg), *extra)
 
 
-@pytest.mark.proc
 def test_agentd_check_on_a_healthy_vmd_node_exits_0_and_keeps_the_baseline(vmd_root, tmp_path):
     state = tmp_path / "state"
     cfg = tmp_path / "agentd.toml"

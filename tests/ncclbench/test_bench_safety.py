@@ -7,12 +7,13 @@ import json
 from agentd.host.fs import HostRoot
 from agentd.host.gpuprocs import GpuProcess, GpuProcesses, gpu_processes
 from agentd.ncclbench.safety import check_idle
+from tests.support.recorded_root import answers_dir
 
 
 def sim_root(tmp_path, doc) -> HostRoot:
-    (tmp_path / ".agentd-sim").mkdir(parents=True)
+    d = answers_dir(tmp_path)
     (tmp_path / "sys").mkdir()
-    (tmp_path / ".agentd-sim" / "nvml.json").write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    (d / "nvml.json").write_text(doc if isinstance(doc, str) else json.dumps(doc))
     return HostRoot.at(tmp_path)
 
 

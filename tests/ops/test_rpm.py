@@ -289,7 +289,7 @@ def test_extracted_launcher_runs_agentd(built: Built, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"agentd {VERSION}"
     # Every runtime dependency imports from the payload alone (-S: no site-packages).
-    modules = ["aiohttp", "prometheus_client", "pydantic", "pydantic_core", "structlog", "psutil", "pyudev", "pynvml", "yaml", "bcrypt"]
+    modules = ["aiohttp", "pydantic", "pydantic_core", "structlog", "psutil", "pyudev", "pynvml", "yaml", "bcrypt"]
     code = (
         f"import sys; sys.path.insert(0, {str(built.root / LIBDIR.lstrip('/'))!r}); import agentd.cli, agentd.daemon; " + "; ".join(f"import {m}" for m in modules) + "; print(pydantic_core.__file__)"
     )

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from agentd.outputs.maintenance import (
     set_maintenance,
 )
 from agentd.views import findings_json, findings_text
+from tests.support.cli import Ran, run_cli
 
 MTIME = 1714557600.0  # 2024-05-01T10:00:00Z
 HANG_GUARD_S = 120  # a guard against a wedged test, not a timing assertion
@@ -277,14 +276,10 @@ def test_cli_on_a_simulated_root_uses_the_moved_state_dir(tmp_path: Path, capsys
     assert not moved.exists()
 
 
-def run_check(root: Path, cfg: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentd", "check", "--host-root", str(root), "--config", str(cfg), *extra],
-        capture_output=True, text=True, timeout=HANG_GUARD_S, env={"PATH": "/usr/bin:/bin"},
-    )
+def run_check(root: Path, cfg: Path, *extra: str) -> Ran:
+    return run_cli("check", "--host-root", str(root), "--config", str(cfg), *extra)
 
 
-@pytest.mark.proc
 @pytest.mark.tree
 def test_check_in_maintenance_reports_and_exits_0(tmp_path: Path) -> None:
     root = sim.build_tree("h100-ib", tmp_path / "sim", faults=["port_down@mlx5_3"])
@@ -310,7 +305,6 @@ def test_check_in_maintenance_reports_and_exits_0(tmp_path: Path) -> None:
     assert t.returncode == 2 and t.stdout.splitlines()[0] == "critical"
 
 
-@pytest.mark.proc
 @pytest.mark.tree
 def test_check_ignores_the_configured_state_dir_for_another_root(tmp_path: Path) -> None:
     # The node's own maintenance file says nothing about a simulated root.

@@ -21,6 +21,7 @@ from agentd import sim
 from agentd.cli import main
 from agentd.config import AgentConfig, Paths
 from agentd.outputs.node_state import moved_paths, state_dir_for
+from tests.support.cli import Ran, run_cli
 from tests.support.daemon_harness import free_port, http_get, poll, stop_process
 
 HANG_GUARD_S = 120  # a guard against a wedged test, not a timing assertion
@@ -49,17 +50,15 @@ def node_files(tmp: Path) -> list[str]:
     return sorted(str(p) for p in (tmp / "node").rglob("*")) if (tmp / "node").exists() else []
 
 
-def run_agentd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentd", *args], capture_output=True, text=True, timeout=HANG_GUARD_S,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+def run_agentd(*args: str) -> Ran:
+    return run_cli(*args)
 
 
-def findings(p: subprocess.CompletedProcess[str]) -> set[tuple[str, str, str]]:
+def findings(p: Ran) -> set[tuple[str, str, str]]:
     return {(f["code"], f["severity"], f["subject"]) for f in json.loads(p.stdout)["findings"]}
 
 
 # -- (a) agentd check on another root --------------------------------------------------
-@pytest.mark.proc
 @pytest.mark.tree
 def test_check_on_another_root_never_makes_the_node_baseline(tmp_path):
     """Issue 13: `agentd check --host-root OTHER` created the node's baseline from OTHER's
@@ -78,7 +77,6 @@ def test_check_on_another_root_never_makes_the_node_baseline(tmp_path):
     assert NOT_THE_NODE not in node.stderr
 
 
-@pytest.mark.proc
 @pytest.mark.tree
 def test_check_judges_against_the_recorded_baseline_read_only(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline
@@ -101,7 +99,6 @@ def test_check_judges_against_the_recorded_baseline_read_only(tmp_path):
     assert recorded.read_bytes() == before and node_files(tmp_path) == []
 
 
-@pytest.mark.proc
 @pytest.mark.tree
 def test_baseline_commands_on_another_root_leave_the_node_baseline_alone(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline
@@ -172,7 +169,6 @@ def test_render_on_another_root_writes_no_node_file(tmp_path, capsys):
 
 
 # -- a baseline of another node --------------------------------------------------------
-@pytest.mark.proc
 @pytest.mark.tree
 def test_a_baseline_of_another_node_is_foreign_not_missing_devices(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline
@@ -189,7 +185,6 @@ def test_a_baseline_of_another_node_is_foreign_not_missing_devices(tmp_path):
     assert "sim-pcie-4gpu-01" in msg and "sim-h100-ib-01" in msg
 
 
-@pytest.mark.proc
 @pytest.mark.tree
 def test_machine_id_decides_which_node_a_baseline_is(tmp_path):
     from tests.support.recorded_baseline import baseline_of, record_baseline

@@ -99,7 +99,7 @@ def test_evaluator_reuses_the_last_evaluation_only_for_identical_inputs():
 
     calls = []
 
-    def fn(snap, hist, config, baseline):
+    def fn(snap, hist, config, baseline, **_):
         calls.append(snap.taken_at)
         return ev()
 
@@ -180,7 +180,7 @@ async def test_a_steady_publish_judges_without_a_worker_thread(monkeypatch):
 
     monkeypatch.setattr(asyncio, "to_thread", to_thread)
 
-    def fn(snap, hist, config, baseline):
+    def fn(snap, hist, config, baseline, **_):
         judged.append(snap.taken_at)
         return ev()
 

@@ -35,15 +35,23 @@ class FakeCollector:
     async def run(self, names: Any, *, quick: bool = False) -> None:
         return None
 
+    kernel_source = None
+
     def snapshot(self) -> Any:
         return fixtures.snapshot(time.time())
+
+    def snapshot_job(self) -> Any:
+        return self.snapshot
+
+    def steady_snapshot(self) -> Any:
+        return None
 
     def with_config(self, config: AgentConfig) -> FakeCollector:
         self.config = config
         return self
 
 
-def fake_evaluate(snap: Any, history: Any, config: Any, baseline: Any) -> Evaluation:
+def fake_evaluate(snap: Any, history: Any, config: Any, baseline: Any, **_: Any) -> Evaluation:
     return Evaluation(findings=(), status="ok", roles=HcaRoles(("mlx5_0",), ("mlx5_1",), "inferred"), expected=Expected())
 
 

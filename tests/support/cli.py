@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -39,10 +40,21 @@ def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def run_cli(*args: str, env: Mapping[str, str] | None = None) -> Ran:
-    """``agentd ARGS...`` in this process; a usage error's exit (3) and --help's (0) are returned like any other."""
+@contextmanager
+def _stdin(text: str | None) -> Iterator[None]:
+    saved = sys.stdin
+    sys.stdin = io.StringIO(text or "")
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None, stdin: str | None = None) -> Ran:
+    """``agentd ARGS...`` in this process, standard input ``stdin`` (empty by default); a
+    usage error's exit (3) and --help's (0) are returned like any other."""
     out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err), _environment(env):
+    with redirect_stdout(out), redirect_stderr(err), _environment(env), _stdin(stdin):
         try:
             code = main(list(args))
         except SystemExit as e:  # argparse on a usage error or --help
