@@ -7,8 +7,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= h100-ib
+# the demo's config: the defaults with 30 s kernel holds and counter windows, so every injected fault clears
+DEMO_CONFIG := demo/agentd.toml
 
-.PHONY: venv demo test test-fast bench lint lock helm clean
+.PHONY: venv demo test test-fast bench lint lock helm docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentd needs Python >= 3.11"'
@@ -25,14 +27,14 @@ demo: $(STAMP)
 		$(BIN)/agentd run; \
 	else \
 		echo "no GPUs/HCAs on this host: running agentd on a simulated '$(PROFILE)' node"; \
-		$(BIN)/agentd run --simulate $(PROFILE); \
+		$(BIN)/agentd run --simulate $(PROFILE) --config $(DEMO_CONFIG); \
 	fi
 
 # ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]); no top-level
 # name in agentd/ that nothing references (tools/unused_names.py: dead code goes); no Any
 # in agentd/ without a comment saying why (tools/bare_any.py).
 lint: $(STAMP)
-	$(BIN)/ruff check agentd tests bench tools
+	$(BIN)/ruff check agentd tests bench tools docs
 	$(BIN)/mypy
 	$(BIN)/python tools/unused_names.py
 	$(BIN)/python tools/bare_any.py
@@ -77,6 +79,11 @@ lock: $(STAMP)
 # three equal to their sources). Run after editing grafana/ or the chart.
 helm: $(STAMP)
 	$(BIN)/python packaging/helm/sync.py
+
+# The parts of the docs that are facts of the code (the command table, the alert table, the
+# dashboards' panel counts, the quoted bench figures): docs/generate.py, checked by tests/docs.
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -1,7 +1,9 @@
 """Command line: run | check | render | inspect | topology | capture | simulate | baseline | maintenance.
 
 Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
-(warnings only), 2 critical, 3 agentd itself could not run (reason on stderr).
+(warnings only), 2 critical, 3 agentd itself could not run (reason on stderr; usage errors
+too), 4 nothing to judge (no GPUs, no RDMA devices: agentd.judging.scope; neither healthy
+nor sick, so a health check that drains on 2 and resumes on 0 or 1 does neither).
 `agentd check --npd CONCERN` answers node-problem-detector instead (agentd/npd.py):
 0 OK, 1 NonOK (a problem), 2 Unknown, with a one-line message on stdout.
 
@@ -18,18 +20,19 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from agentd import __version__
 from agentd.base.escape import json_text
 from agentd.base.jsontypes import JsonObject, JsonValue
+from agentd.base.selfcmd import agentd_command
 from agentd.config import AgentConfig, ConfigError, load_config
 
 if TYPE_CHECKING:  # imported where used, so that `agentd --help` stays quick
     from agentd.host.fs import HostRoot
     from agentd.model import NodeSnapshot
 
-EXIT_OK, EXIT_DEGRADED, EXIT_CRITICAL, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_DEGRADED, EXIT_CRITICAL, EXIT_INTERNAL, EXIT_NOTHING = 0, 1, 2, 3, 4
 STATUS_EXIT = {"ok": EXIT_OK, "degraded": EXIT_DEGRADED, "critical": EXIT_CRITICAL}
 
 
@@ -44,6 +47,17 @@ class UsageError(Exception):
     """agentd cannot run as asked (exit 3)."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 3 (could not run), not argparse's 2: agentd's 2 is
+    "critical", and a typo'd flag in a Slurm HealthCheckProgram or a cron line must not
+    read as a sick node. Subcommand parsers are made of the same class (argparse makes them
+    of their parent's), so every command, `bench` and the nested ones included, exits so."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INTERNAL, f"{self.prog}: error: {message}\n")
+
+
 def _common(p: argparse.ArgumentParser, *, fmt: bool = True) -> None:
     p.add_argument("--config", type=Path, help="TOML config file (default /etc/agentd/agentd.toml, optional)")
     p.add_argument("--host-root", type=Path, help="root of the node's filesystem (default /, or config host_root)")
@@ -52,7 +66,7 @@ def _common(p: argparse.ArgumentParser, *, fmt: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="agentd", description="Per-node agent for GPU clusters: fabric checks, metrics, NCCL files.")
+    ap = Parser(prog="agentd", description="Per-node agent for GPU clusters: fabric checks, metrics, NCCL files.")
     ap.add_argument("--version", action="version", version=f"agentd {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -63,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-dir", type=Path, help="where to build the simulated root (default: a new temp dir)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC", help="fault to inject into the simulated node (repeatable)")
 
-    p = sub.add_parser("check", help="collect once, print findings, exit 0/1/2 (3: could not run)")
+    p = sub.add_parser("check", help="collect once, print findings, exit 0/1/2 (3: could not run, 4: nothing to judge)")
     _common(p)
     p.add_argument("--all", action="store_true", help="text format: also list ok-severity facts")
     p.add_argument("--npd", choices=NPD_CONCERNS, metavar="CONCERN",
@@ -92,9 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="the capture file to write (tar.gz)")
     p.add_argument("--redact", action="store_true", help="replace serials, GUIDs, MACs, UUIDs, hostnames and IPs, consistently")
 
-    p = sub.add_parser("render", help="write nccl.env, nccl.conf and nccl-topo.xml")
+    p = sub.add_parser("render", help="write the NCCL files once, where the daemon writes them (paths.nccl_env, and paths.nccl_topo "
+                                      "and paths.nccl_conf as nccl.write_topo and nccl.write_conf say); with --out-dir: nccl.env, "
+                                      "nccl.conf and nccl-topo.xml there")
     _common(p, fmt=False)
-    p.add_argument("--out-dir", type=Path, help="write the three files here instead of the configured paths")
+    p.add_argument("--out-dir", type=Path, help="write nccl.env, nccl.conf and nccl-topo.xml here instead of the configured paths")
     p.add_argument("--diff", action="store_true", help="show what would change, write nothing")
 
     p = sub.add_parser("simulate", help="write a simulated node as a host-root tree")
@@ -138,6 +154,19 @@ def _config(args: argparse.Namespace, **extra: JsonValue) -> AgentConfig:
     return load_config(args.config, overrides=over or None)
 
 
+# The captures this process unpacked (``--host-root FILE``): the unpacked directory -> the
+# file, so that messages name the file the user gave, not a temporary directory.
+_CAPTURES: dict[Path, Path] = {}
+
+
+def _root_name(root: Path) -> str:
+    """A host root as messages name it: ``host root DIR``, or ``capture FILE (unpacked in DIR)``."""
+    for unpacked, file in _CAPTURES.items():
+        if os.path.realpath(unpacked) == os.path.realpath(root):
+            return f"capture {file} (unpacked in {root})"
+    return f"host root {root}"
+
+
 def _host(config: AgentConfig, *, judged: bool = False) -> HostRoot:
     """The configured host root; ``judged``: for a command that judges it (check, topology,
     render, capture), refused when its recording cannot be read (HostRoot.unjudgeable)."""
@@ -146,12 +175,12 @@ def _host(config: AgentConfig, *, judged: bool = False) -> HostRoot:
     root = config.host_root
     try:
         if not root.is_dir():
-            raise UsageError(f"host root {root} is not a directory")
+            raise UsageError(f"{_root_name(root)} is not a directory")
         os.listdir(root / "sys")
     except FileNotFoundError:
-        raise UsageError(f"host root {root} has no sys/ directory (expected sysfs at {root / 'sys'})") from None
+        raise UsageError(f"{_root_name(root)} has no sys/ directory (expected sysfs at {root / 'sys'})") from None
     except OSError as e:
-        raise UsageError(f"host root {root} cannot be read: {e.strerror or e}") from None
+        raise UsageError(f"{_root_name(root)} cannot be read: {e.strerror or e}") from None
     host = HostRoot.at(root, config.host_mode)
     why = host.unjudgeable() if judged else None
     if why is not None:
@@ -160,8 +189,8 @@ def _host(config: AgentConfig, *, judged: bool = False) -> HostRoot:
 
 
 def _not_the_node(host: HostRoot) -> str:
-    """How a root that is not the node is named in messages (DESIGN.md 3, docs/node-state.md)."""
-    return f"host root {host.root} is not this node ({host.mode}: {host.mode_reason})"
+    """How a root that is not the node is named in messages (docs/node-state.md)."""
+    return f"{_root_name(host.root)} is not this node ({host.mode}: {host.mode_reason})"
 
 
 def _state_dir(config: AgentConfig, host: HostRoot) -> Path | None:
@@ -285,6 +314,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     # so raise_after counts at once (agentd.judging.lifecycle.advance one_shot)
     life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle, booted_at=snap.system.booted_at, one_shot=True)
     j = dataclasses.replace(j, findings=life.findings, status=overall_status(life.findings))
+    nothing = j.nothing_to_judge if j.status == "ok" else None
     if j.new_baseline is not None and host.is_live:
         res = save_baseline(config.paths.baseline, j.new_baseline)
         if not res.ok:
@@ -292,12 +322,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     state_dir = _state_dir(config, host)
     maint = read_maintenance(maintenance_path(state_dir)) if state_dir is not None else None
     if args.format == "json":
-        sys.stdout.write(json_text(findings_json(j.findings, maint), indent=2))
+        sys.stdout.write(json_text(findings_json(j.findings, maint, nothing_to_judge=nothing), indent=2))
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(findings_text(j.findings, include_ok=args.all, maintenance=maint))
+        sys.stdout.write(findings_text(j.findings, include_ok=args.all, maintenance=maint, nothing_to_judge=nothing))
     # In maintenance the node is being worked on: exit 0, as /health answers 200.
-    return EXIT_OK if maint is not None else STATUS_EXIT[j.status]
+    if maint is not None:
+        return EXIT_OK
+    return EXIT_NOTHING if nothing is not None else STATUS_EXIT[j.status]
 
 
 def _process_age_s() -> float:
@@ -398,6 +430,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         targets = {"env": config.paths.nccl_env, "conf": config.paths.nccl_conf, "topo": config.paths.nccl_topo}
     j = judge(snap, history, config, None)
+    if j.nothing_to_judge is not None:
+        print(f"agentd: nothing to judge ({j.nothing_to_judge}): no NCCL files for workloads here; nothing written", file=sys.stderr)
+        return EXIT_NOTHING
     # the findings that count, as the daemon renders from (observe mode and boot grace applied)
     life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle, booted_at=snap.system.booted_at, one_shot=True)
     write_topo = config.nccl.write_topo
@@ -433,14 +468,17 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from agentd import sim
+    from agentd.sim import fault_scope
 
     if args.list:
         for name, prof in sim.PROFILES.items():
             print(f"{name}: {getattr(prof, 'description', '')}")
-        print("fault kinds: " + ", ".join(sim.FAULT_KINDS))
+        print("\nfault kinds (--fault KIND[@TARGET][=VALUE]; where each shows, what agentd reports, how it clears):\n")
+        print(fault_scope.describe_all())
         return EXIT_OK
     if args.out is None:
         raise UsageError("--out DIR is required")
+    cmd = agentd_command()
     try:
         if args.booted_ago is not None and not (args.booted_ago >= 0 and args.booted_ago != float("inf")):
             raise UsageError(f"--booted-ago {args.booted_ago}: expected seconds >= 0")
@@ -450,11 +488,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 print(f"{args.out}: boot time updated")
                 return EXIT_OK
         if args.clear_fault or (args.fault and args.profile is None):
+            profile = sim.root_profile(args.out)
+            notes = []
             for spec in args.fault:
-                sim.apply_fault(args.out, spec)
+                f = sim.apply_fault(args.out, spec)
+                note = fault_scope.unseen_note(f.kind, profile)
+                if note is not None:
+                    notes.append(f"{note}; see `{cmd} simulate --list`")
             for spec in args.clear_fault:
-                sim.clear_fault(args.out, spec)
+                before = sim.applied_faults(args.out)
+                f = sim.clear_fault(args.out, spec)
+                if sim.applied_faults(args.out) == before:
+                    notes.append(f"{spec} was not applied: nothing to clear")
+                elif (held := fault_scope.held_note(f.kind)) is not None:
+                    notes.append(f"{spec}: {held}")
             print(f"{args.out}: faults updated")
+            for note in notes:
+                print(f"agentd: note: {note}", file=sys.stderr)
             return EXIT_OK
         if args.profile is None:
             raise UsageError("--profile is required (see --list)")
@@ -463,7 +513,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (ValueError, KeyError) as e:
         raise UsageError(str(e)) from None
     print(f"simulated node '{args.profile}' written to {root}")
-    print(f"  agentd inspect --host-root {root}")
+    print(f"  {cmd} inspect --host-root {root}")
     return EXIT_OK
 
 
@@ -574,10 +624,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     from agentd.base.escape import printable
-    from agentd.capture.record import capture
+    from agentd.capture.record import CaptureWriteError, capture
 
     config = _config(args)
-    res = capture(_host(config, judged=True), config, args.out, redact=args.redact)
+    try:
+        res = capture(_host(config, judged=True), config, args.out, redact=args.redact)
+    except CaptureWriteError as e:
+        raise UsageError(str(e)) from None
     what = ", ".join(res.answers) or "none"
     print(f"agentd: captured {printable(res.snapshot.host_root)} ({res.snapshot.host_mode}) into {res.out}: {res.files} files, {res.bytes_written} bytes; recorded answers: {what}{'; redacted' if res.redacted else ''}")
     for p in res.problems:
@@ -596,9 +649,12 @@ def _open_capture(args: argparse.Namespace) -> None:
     installs its own handlers once it serves)."""
     root = getattr(args, "host_root", None)
     if root is not None and root.is_file():
+        import atexit
+        import shutil
         import signal
 
         from agentd.capture.replay import CaptureError, open_capture
+        from agentd.outputs.node_state import state_dir_for
 
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _exit_on_signal)
@@ -606,6 +662,10 @@ def _open_capture(args: argparse.Namespace) -> None:
             args.host_root = open_capture(root)
         except CaptureError as e:
             raise UsageError(str(e)) from None
+        _CAPTURES[args.host_root] = args.capture_file = root
+        # what `agentd run` writes for the unpacked root (<root>-out, docs/node-state.md) goes
+        # with it: a replay keeps no state, so it leaves none behind
+        atexit.register(shutil.rmtree, state_dir_for(args.host_root), True)
 
 
 def _remove_unpacked_captures() -> None:

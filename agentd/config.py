@@ -43,7 +43,7 @@ VERSION_FIELDS = ("hca_fw", "mlx5_core", "rdma_core", "nvidia_driver", "vbios", 
 
 
 class Expectations(Section):
-    """What the node should have. Unset values are inferred (see README, 'Expectations')."""
+    """What the node should have. Unset values are inferred (docs/operator-guide.md, 'Expectations and roles')."""
 
     gpus: int | None = Field(None, ge=0, le=64, description="Number of GPUs the node must have.")
     hca_ports: int | None = Field(None, ge=0, le=256, description="Number of ACTIVE compute HCA ports the node must have.")
@@ -110,7 +110,7 @@ class Intervals(Section):
     fast_s: float = Field(2.0, gt=0, le=3600, description="Port state, netdev state, kernel modules.")
     medium_s: float = Field(10.0, gt=0, le=3600, description="Counters, ethtool statistics, NVML.")
     slow_s: float = Field(30.0, gt=0, le=86400, description="PCI tree and config space, GID tables, HCA inventory and port netdevs, system info.")
-    stale_after: float = Field(3.0, ge=1.5, le=100, description="Data is stale (and /health 503) when the last full collection is older than this many slow intervals.")
+    stale_after: float = Field(3.0, ge=1.5, le=100, description="A probe's data is stale (agentd.data.stale, critical: /health 503) when its last success is older than this many of its own tier's intervals: 3 x 2 s for the fast probes, 3 x 30 s for the slow ones, at the defaults.")
     event_debounce_s: float = Field(0.5, ge=0, le=60, description="udev events within this window trigger one re-collection.")
     link_event_debounce_s: float = Field(0.02, ge=0, le=10, description="rtnetlink link changes within this window trigger one fast-tier collection (events.rtnetlink).")
     check_rate_window_s: float = Field(2.0, ge=0, le=60, description="`agentd check`: seconds between the two collections used for counter rates (0: one collection, no rates).")
@@ -136,7 +136,7 @@ class CounterThreshold(Section):
 
 
 def _default_counter_thresholds() -> dict[str, CounterThreshold]:
-    # Defaults from published practice (NVSentinel NIC design, gpud); see README "Thresholds".
+    # Defaults from published practice (NVSentinel NIC design, gpud); docs/config.md [thresholds].
     return {
         "symbol_error": CounterThreshold(per_s=120 / 3600, severity="critical"),
         "link_error_recovery": CounterThreshold(per_s=0.0, severity="warning"),
@@ -199,7 +199,7 @@ class FindingPolicy(Section):
 
 
 class LifecycleSettings(Section):
-    """When findings count and how long they stick (docs: README "Health lifecycle")."""
+    """When findings count and how long they stick (docs/operator-guide.md, "Health lifecycle")."""
 
     boot_grace_s: float = Field(0.0, ge=0, le=86400, description="For this long after the node booted (its boot time, not agentd's start) findings of boot_grace_codes are withheld as boot_grace, and link flaps are not counted. 0: off.")
     boot_grace_codes: list[str] = Field(default_factory=lambda: list(DEFAULT_BOOT_GRACE_CODES), description="Finding codes (globs) that are normal while a node boots.")
@@ -233,7 +233,7 @@ class Paths(Section):
     nccl_conf: Path = Field(Path("/etc/nccl.conf"), description="NCCL's own KEY=VALUE file; written only when nccl.write_conf is true.")
     nccl_topo: Path = Field(Path("/etc/nccl/topo.xml"), description="NCCL topology XML.")
     baseline: Path = Field(Path("/var/lib/agentd/baseline.json"), description="First healthy inventory, for inventory.*.missing.")
-    state_dir: Path = Field(Path("/var/lib/agentd"), description="agentd's own state (baseline, bench history).")
+    state_dir: Path = Field(Path("/var/lib/agentd"), description="agentd's own state: history.json (counter history, flaps, finding episodes), kernel-cursor.json (where it stopped reading the kernel log), maintenance.json, NCCL benchmark runs, and agentd.lock, held by the running daemon (a second one on the same directory exits 3). The inventory baseline is paths.baseline.")
     nfd_features: Path | None = Field(None, description="node-feature-discovery features.d file to write (unset: not written).")
 
     @model_validator(mode="after")

@@ -7,9 +7,10 @@ from typing import Sequence
 
 from agentd.base.escape import printable
 from agentd.base.jsontypes import JsonObject
-from agentd.judging.findings import finding_line
+from agentd.judging.findings import finding_block
 from agentd.judging.placement import Placement
 from agentd.judging.roles import HcaRoles
+from agentd.judging.scope import STATUS as NOTHING_TO_JUDGE
 from agentd.model import Finding, NodeSnapshot, TclassOverride, counted, overall_status, sort_findings
 from agentd.outputs.maintenance import Maintenance, maintenance_doc, maintenance_line
 
@@ -194,32 +195,41 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     return printable("\n".join(out) + "\n")  # names that are not UTF-8 as \xNN
 
 
-def findings_json(findings: Sequence[Finding], maintenance: Maintenance | None = None) -> JsonObject:
+def findings_json(findings: Sequence[Finding], maintenance: Maintenance | None = None, *, nothing_to_judge: str | None = None) -> JsonObject:
     """In maintenance, ``status`` is ``maintenance``, ``measured_status`` what it would have
-    been and ``maintenance`` the file's reason, since and by; the findings are all there."""
+    been and ``maintenance`` the file's reason, since and by; the findings are all there.
+    ``nothing_to_judge`` (why: agentd.judging.scope): ``status`` is ``nothing-to-judge``
+    and ``nothing_to_judge`` says why."""
     ordered = sort_findings(list(findings))
     measured = overall_status(ordered)
     doc: JsonObject = {"status": measured}
     if maintenance is not None:
         doc = {"status": "maintenance", "measured_status": measured, "maintenance": maintenance_doc(maintenance)}
+    elif nothing_to_judge is not None:
+        doc = {"status": NOTHING_TO_JUDGE, "measured_status": measured, "nothing_to_judge": nothing_to_judge}
     doc["findings"] = [f.model_dump(mode="json") for f in ordered]
     return doc
 
 
-def findings_text(findings: Sequence[Finding], *, include_ok: bool = False, maintenance: Maintenance | None = None) -> str:
-    """One line a finding, most severe first: usable as a Slurm drain reason. In
-    maintenance the first line is ``maintenance`` and the next one says why and since when
-    (the Slurm wrapper then neither drains nor resumes); the findings follow as usual."""
+def findings_text(findings: Sequence[Finding], *, include_ok: bool = False, maintenance: Maintenance | None = None,
+                  nothing_to_judge: str | None = None) -> str:
+    """One line a finding, most severe first: usable as a Slurm drain reason; under each,
+    indented, what to do about it (agentd.judging.findings.finding_block). In maintenance
+    the first line is ``maintenance`` and the next one says why and since when (the Slurm
+    wrapper then neither drains nor resumes); the findings follow as usual. With
+    ``nothing_to_judge`` the first line is ``nothing-to-judge`` and the next says why."""
     ordered = sort_findings(list(findings))
     lines: list[str] = [overall_status(ordered)]
     if maintenance is not None:
         lines = ["maintenance", maintenance_line(maintenance)]
+    elif nothing_to_judge is not None:
+        lines = [NOTHING_TO_JUDGE, f"nothing to judge: {nothing_to_judge}"]
     # the findings that count, then the withheld ones ("(observe) critical ...": no line
     # of theirs starts with a severity, so nothing that drains on one acts on it)
     for f in [*counted(ordered), *(f for f in ordered if f.withheld is not None)]:
         if f.severity == "ok" and not include_ok:
             continue
-        lines.append(finding_line(f))
+        lines.extend(finding_block(f))
     return printable("\n".join(lines) + "\n")
 
 

@@ -1,4 +1,4 @@
-"""The import-layer contract: one way through the code (README "Architecture").
+"""The import-layer contract: one way through the code (docs/development.md "Architecture").
 
 Every import in ``agentd/`` counts, wherever it is written: module level, inside a function,
 under ``if TYPE_CHECKING:``. A module may import its own layer or a lower one, never a higher

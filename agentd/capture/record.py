@@ -137,6 +137,11 @@ def _answers(tree: RecordedTree, host: HostRoot, config: AgentConfig, snap: Node
     return written
 
 
+class CaptureWriteError(OSError):
+    """The capture file could not be written (an unwritable or missing directory, a full
+    disk): nothing was written, the command could not do what it was asked."""
+
+
 def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = False, redact_key: bytes | None = None) -> CaptureResult:
     """Record the node at ``host`` into ``out`` (a tar.gz, written atomically)."""
     rec = PathRecorder()
@@ -204,7 +209,7 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
     blob = _tar(tree, time.time())
     res = atomic_write(out, blob, mode=0o600 if not redact else 0o644, only_if_changed=False)
     if not res.ok:
-        raise OSError(f"capture not written: {res.error}")
+        raise CaptureWriteError(f"capture not written to {out}: {res.error}")
     return CaptureResult(out=out, snapshot=snap, files=files, answers=tuple(answers), problems=tuple(problems), redacted=redact, bytes_written=len(blob))
 
 

@@ -31,6 +31,7 @@ MAX_TOTAL_BYTES = 2 << 30  # unpacked; a large node's capture is a few MiB
 MAX_DEPTH = 64  # directories in a member's path; sysfs's deepest device paths have about 20
 PREFIX = "agentd-replay-"  # not the unlocked "agentd-capture-" dirs of agentd before the lock: never swept
 _NEW_PREFIX = ".agentd-replay-new-"  # not yet locked: never swept
+OUT_SUFFIX = "-out"  # agentd.outputs.node_state.state_dir_for
 
 _unpacked: dict[Path, int] = {}  # this process's unpacked captures -> the fd holding the flock
 
@@ -104,7 +105,9 @@ def sweep_unpacked(tmpdir: str | None = None) -> int:
     whose process lives holds its lock and is kept. Never raises."""
     removed = 0
     try:
-        names = [n for n in os.listdir(tmpdir or tempfile.gettempdir()) if n.startswith(PREFIX)]
+        # "<dir>-out" is where `agentd run` keeps a replayed root's state (agentd.outputs.
+        # node_state.state_dir_for): it holds no lock of its own and goes with its root
+        names = [n for n in os.listdir(tmpdir or tempfile.gettempdir()) if n.startswith(PREFIX) and not n.endswith(OUT_SUFFIX)]
     except OSError:
         return 0
     for name in names:
@@ -114,6 +117,7 @@ def sweep_unpacked(tmpdir: str | None = None) -> int:
             continue  # not a directory of this user's, or its process lives
         try:
             shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(f"{d}{OUT_SUFFIX}", ignore_errors=True)
             removed += 1
         finally:
             os.close(claimed[0])

@@ -3,7 +3,10 @@
 - ``main_run(args) -> int``: what the CLI's ``agentd run`` calls. ``args`` has
   ``config`` (Path|None), ``host_root`` (Path|None), ``listen`` (str|None), ``simulate``
   (profile name|None), ``sim_dir`` (Path|None) and ``fault`` (list of specs). Exit codes:
-  0 clean stop (SIGTERM/SIGINT), 1 the HTTP server cannot start, 3 bad config or host root.
+  0 clean stop (SIGTERM/SIGINT), 1 the HTTP server cannot start, 3 bad config or host root,
+  or another agentd holds the state directory's lock (``<state_dir>/agentd.lock``,
+  agentd.outputs.state_lock: two daemons on one state directory rewrite each other's
+  NCCL files; the message names the holder's pid, start time and config).
   On a host root that is not live (a simulated node, a capture), every ``paths.*`` is
   moved into ``<root>-out/`` beside it, whatever the config says
   (agentd.outputs.node_state, docs/node-state.md).
@@ -19,13 +22,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.openssl_gate import without_tls
+from agentd.base.selfcmd import agentd_command
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.host.fs import HostRoot
 from agentd.outputs.node_state import moved_paths, state_dir_for
+from agentd.outputs.state_lock import DAEMON_LOCK, LockHeld, StateLock, acquire
 
 # asyncio, aiohttp and structlog (which imports asyncio) are imported by main_run once the
 # config is read: with no web config file, ssl stays out of the process
@@ -41,9 +46,11 @@ async def run_daemon(
     host: HostRoot,
     ready_message: bool = True,
     overrides: Mapping[str, JsonValue] | None = None,
+    try_this: Callable[[str], str] | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT. ``ready_message`` prints where to curl on stdout once
-    listening; ``overrides`` (CLI flags) are applied again on every SIGHUP reload."""
+    listening, and ``try_this(base_url)``'s text after it (the demo's commands);
+    ``overrides`` (CLI flags) are applied again on every SIGHUP reload."""
     from agentd.daemon.daemon import Daemon
 
     daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides, persist_history=True)
@@ -55,6 +62,9 @@ async def run_daemon(
         for host_, port in addresses:
             h = f"[{host_}]" if ":" in host_ else host_
             print(f"agentd: serving {scheme}://{h}:{port}/  try: curl -s {scheme}://{h}:{port}/health?format=text", flush=True)
+        if try_this is not None and addresses:
+            host_, port = addresses[0]
+            print(try_this(f"{scheme}://{f'[{host_}]' if ':' in host_ else host_}:{port}"), end="", flush=True)
 
     return await daemon.run(on_listening=announce)
 
@@ -68,6 +78,57 @@ def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Pa
     return Path(sim.build_tree(profile, out, faults=faults))
 
 
+# The fault the demo's commands inject: on every profile, a compute port goes down, /health
+# turns 503 and the port leaves NCCL_IB_HCA within a fast interval.
+DEMO_FAULT = "port_down"
+
+
+def demo_commands(root: Path, nccl_env: Path, command: str) -> Callable[[str], str]:
+    """What `agentd run --simulate` prints once it serves at a base URL: the commands to try
+    from another shell, with the agentd command as this shell runs it
+    (agentd.base.selfcmd: `make demo` leaves agentd in .venv/bin, not on PATH)."""
+    import shlex
+
+    r, env = shlex.quote(str(root)), shlex.quote(str(nccl_env))
+
+    def text(url: str) -> str:
+        return (
+            "agentd: try, from another shell:\n"
+            f"  curl -s {url}/health?format=text\n"
+            f"  curl -s {url}/metrics | grep agentd_ib_port_rate\n"
+            f"  {command} simulate --out {r} --fault {DEMO_FAULT}\n"
+            f"  grep NCCL_IB_HCA {env}\n"
+            f"  {command} simulate --out {r} --clear-fault {DEMO_FAULT}\n"
+            f"  {command} simulate --list\n"
+            "agentd: Ctrl-C stops it\n"
+        )
+
+    return text
+
+
+def _holder_info(config: AgentConfig, config_path: Path | None) -> dict[str, str]:
+    """What the state directory's lock file says of this daemon, for a second one's message."""
+    return {"config": str(config_path) if config_path is not None else "none (defaults)", "host_root": str(config.host_root),
+            "listen": config.listen}
+
+
+def _lock_state_dir(config: AgentConfig, config_path: Path | None) -> StateLock | None:
+    """The daemon's lock on its state directory, held for its life (agentd.outputs.state_lock).
+    LockHeld when another agentd holds it; None, with a note, where the directory cannot hold
+    a lock file (a user without write access to it also cannot write the state it guards)."""
+    from agentd.base.escape import printable
+
+    where = config.paths.state_dir
+    try:
+        return acquire(where / DAEMON_LOCK, info=_holder_info(config, config_path))
+    except LockHeld:
+        raise
+    except OSError as e:
+        print(f"agentd: note: cannot lock the state directory {printable(str(where))} ({e.strerror or e}): "
+              "a second agentd on it would not be refused", file=sys.stderr, flush=True)
+        return None
+
+
 def _not_the_node(config: AgentConfig, host: HostRoot, overrides: JsonObject, config_path: Path | None) -> AgentConfig:
     """A root that is not the node keeps its state beside it, whatever the config says
     (DESIGN.md 3, docs/node-state.md): every ``paths.*`` moves into ``<root>-out/``. The
@@ -78,19 +139,25 @@ def _not_the_node(config: AgentConfig, host: HostRoot, overrides: JsonObject, co
 
 
 def main_run(args: argparse.Namespace) -> int:
+    from agentd.base.escape import printable
+
     overrides: JsonObject = {}
     if getattr(args, "listen", None):
         overrides["listen"] = args.listen
     if getattr(args, "host_root", None) is not None:
         overrides["host_root"] = str(args.host_root)
     simulate = getattr(args, "simulate", None)
+    temp_sim = simulate and getattr(args, "sim_dir", None) is None
     try:
         if simulate:
             root = _simulated_root(simulate, getattr(args, "sim_dir", None), list(getattr(args, "fault", None) or []))
             overrides["host_root"] = str(root)
         config = load_config(args.config, overrides=overrides or None)
+        # a capture given as --host-root is named as the user named it, not by its unpacked copy
+        capture = getattr(args, "capture_file", None)
+        shown = f"capture {capture} (unpacked in {config.host_root})" if capture is not None else f"host root {config.host_root}"
         if not (config.host_root / "sys").is_dir():
-            print(f"agentd: host root {config.host_root} has no sys/ directory", file=sys.stderr)
+            print(f"agentd: {shown} has no sys/ directory", file=sys.stderr)
             return 3
         host = HostRoot.at(config.host_root, config.host_mode)
         unjudgeable = host.unjudgeable()
@@ -102,24 +169,39 @@ def main_run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, KeyError) as e:
         print(f"agentd: {e}", file=sys.stderr)
         return 3
-    if simulate:
-        print(f"agentd: simulated node '{simulate}' at {config.host_root}", flush=True)
-    if not host.is_live:
-        nfd = f", NFD labels {config.paths.nfd_features}" if config.paths.nfd_features else ""
-        print(f"agentd: host root {config.host_root} is not this node ({host.mode}: {host.mode_reason}); "
-              f"its NCCL files, baseline and state go to {config.paths.state_dir}/ (nccl.env: {config.paths.nccl_env}{nfd}), "
-              "never to the node's paths", flush=True)
-    if simulate:
-        print(f"agentd: inject a fault: agentd simulate --out {config.host_root} --fault port_down  (undo: --clear-fault port_down)", flush=True)
-    if config.web.config_file is None:
-        without_tls()
-    import asyncio
-
-    from agentd.daemon.logging import configure_logging
-
-    configure_logging(config.log_format, config.log_level)
     try:
-        return asyncio.run(run_daemon(config, config_path=args.config, host=host, overrides=overrides))
-    except KeyboardInterrupt:
-        return 0
+        lock = _lock_state_dir(config, args.config)
+    except LockHeld as e:
+        who = e.holder.describe() if e.holder is not None else "a process that has not said who it is"
+        print(f"agentd: another agentd uses the state directory {config.paths.state_dir} ({printable(who)}); two daemons on one "
+              "state directory rewrite each other's NCCL files and state. Stop that one, or give this one its own "
+              "paths.state_dir (and NCCL paths)", file=sys.stderr)
+        return 3
+    try:
+        if simulate:
+            print(f"agentd: simulated node '{simulate}' at {config.host_root}", flush=True)
+        if not host.is_live:
+            nfd = f", NFD labels {config.paths.nfd_features}" if config.paths.nfd_features else ""
+            print(f"agentd: {printable(shown)} is not this node ({host.mode}: {host.mode_reason}); "
+                  f"its NCCL files, baseline and state go to {config.paths.state_dir}/ (nccl.env: {config.paths.nccl_env}{nfd}), "
+                  "never to the node's paths", flush=True)
+        try_this = demo_commands(config.host_root, config.paths.nccl_env, agentd_command()) if simulate else None
+        if config.web.config_file is None:
+            without_tls()
+        import asyncio
 
+        from agentd.daemon.logging import configure_logging
+
+        configure_logging(config.log_format, config.log_level)
+        try:
+            return asyncio.run(run_daemon(config, config_path=args.config, host=host, overrides=overrides, try_this=try_this))
+        except KeyboardInterrupt:
+            return 0
+    finally:
+        if lock is not None:
+            lock.release()
+        if temp_sim:  # a demo's tree of its own (12 MB) and its state: nothing else will use them
+            import shutil
+
+            for d in (config.host_root, config.paths.state_dir):
+                shutil.rmtree(d, ignore_errors=True)

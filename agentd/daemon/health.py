@@ -6,7 +6,8 @@ ones (observe mode, pending, boot grace) are listed apart. In maintenance
 (``agentd maintenance on``) /health answers 200 with status ``maintenance`` and its reason,
 and still lists everything measured, with the status it would have had
 (``measured_status``); after ``off`` it keeps answering so until a full collection that
-started after it was published."""
+started after it was published. On a node with no GPUs and no RDMA devices
+(agentd.judging.scope) and nothing else found, it answers 200 ``nothing-to-judge``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from agentd.base.escape import json_text, printable
 from agentd.base.jsontypes import JsonObject
 from agentd.daemon.state import HealthStatus, State
-from agentd.judging.findings import finding_line, utc_text
+from agentd.judging.findings import finding_block, finding_line, utc_text
 from agentd.judging.staleness import with_staleness
 from agentd.model import Finding, overall_status
 from agentd.outputs.maintenance import maintenance_doc, maintenance_line
@@ -51,6 +52,10 @@ def health(state: State, now: float) -> Health:
     status = overall_status(findings)
     if state.in_maintenance:
         return Health("maintenance", 200, findings, stale, state.generated_at, measured=status)
+    if status == "ok" and state.nothing_to_judge is not None:
+        # 200: nothing here is sick (a scheduler that drains on 503 leaves a CPU node alone);
+        # the status word is not "ok" (nothing was found healthy either): docs/operator-guide.md
+        return Health("nothing-to-judge", 200, findings, stale, state.generated_at, measured=status)
     return Health(status, 503 if status == "critical" else 200, findings, stale, state.generated_at, measured=status)
 
 
@@ -76,6 +81,8 @@ def health_json(state: State, h: Health) -> bytes:
             maintenance_doc(m) if m is not None
             else {"ended_at": state.maintenance_ended_at, "waiting_for": "a full fresh collection"}
         )  # fmt: skip
+    if h.status == "nothing-to-judge":
+        body["nothing_to_judge"] = state.nothing_to_judge
     if not state.ready:
         body["message"] = "first collection not finished yet"
     return json_text(body, separators=(",", ":")).encode()
@@ -88,6 +95,8 @@ def health_text(h: Health, state: State | None = None) -> bytes:
     lines: list[str] = [h.status]
     if h.status == "starting":
         lines.append("critical agentd.starting node: first collection not finished yet")
+    if h.status == "nothing-to-judge" and state is not None:
+        lines.append(f"nothing to judge: {state.nothing_to_judge}")
     why = maintenance_text(state) if state is not None and h.status == "maintenance" else None
     if why is not None:
         lines.append(why)
@@ -109,6 +118,23 @@ def checks_json(state: State) -> bytes:
     return state.cached("checks", build)
 
 
+def checks_text(state: State) -> bytes:
+    """``/checks?format=text``: what `agentd check --all` prints, for people: the status,
+    then every finding (ok facts too), those that count before the withheld ones, each with
+    what to do on the line under it (agentd.judging.findings.finding_block). ``/health``'s
+    text stays one line a finding: it is a Slurm drain reason."""
+
+    def build() -> bytes:
+        lines: list[str] = [state.status]
+        if state.status == "nothing-to-judge":
+            lines.append(f"nothing to judge: {state.nothing_to_judge}")
+        for f in [*(f for f in state.findings if f.withheld is None), *(f for f in state.findings if f.withheld is not None)]:
+            lines.extend(finding_block(f))
+        return printable("\n".join(lines) + "\n").encode()
+
+    return state.cached("checks.text", build)
+
+
 def status_line(state: State, h: Health | None = None) -> str:
     """One-line summary for systemd STATUS= and logs."""
     if not state.ready:
@@ -119,6 +145,8 @@ def status_line(state: State, h: Health | None = None) -> str:
     if status == "maintenance":
         m = state.maintenance
         return f"maintenance: {m.reason if m is not None else 'ended, waiting for a full collection'}; {len(bad)} findings"
+    if status == "nothing-to-judge":
+        return f"nothing to judge: {state.nothing_to_judge}"
     if not bad:
         snap = state.snapshot
         n_gpu = len(snap.gpus) if snap else 0

@@ -22,7 +22,7 @@ from agentd import __version__
 from agentd.base.expo import CONTENT_TYPE
 from agentd.config import AgentConfig
 from agentd.daemon.connections import ConnectionLimiter, ServerLimits
-from agentd.daemon.health import checks_json, health, health_json, health_text
+from agentd.daemon.health import checks_json, checks_text, health, health_json, health_text
 from agentd.daemon.state import State
 
 if TYPE_CHECKING:  # types only: ssl is imported when a web config serves TLS (agentd.base.openssl_gate)
@@ -62,7 +62,7 @@ LANDING = """<!doctype html><html><head><meta charset="utf-8"><title>agentd</tit
 <h1>agentd {version}</h1><p>Node: {node}. Status: <b>{status}</b>.</p><ul>
 <li><a href="metrics">/metrics</a> Prometheus metrics</li>
 <li><a href="health">/health</a> health JSON (<a href="health?format=text">text</a>)</li>
-<li><a href="checks">/checks</a> findings</li><li><a href="topology">/topology</a> snapshot</li>
+<li><a href="checks">/checks</a> findings (<a href="checks?format=text">text, with what to do</a>)</li><li><a href="topology">/topology</a> snapshot</li>
 <li><a href="livez">/livez</a>, <a href="readyz">/readyz</a></li></ul></body></html>
 """
 
@@ -105,6 +105,8 @@ def build_app(source: StateSource, *, clock: Callable[[], float] = time.monotoni
         return web.Response(status=200 if ready else 503, text="ready\n" if ready else "starting\n", headers=NO_STORE)
 
     async def checks(request: web.Request) -> web.Response:
+        if request.query.get("format") == "text":
+            return web.Response(body=checks_text(source.state), content_type="text/plain", charset="utf-8", headers=NO_STORE)
         return web.Response(body=checks_json(source.state), content_type=JSON, headers=NO_STORE)
 
     async def topology(request: web.Request) -> web.Response:

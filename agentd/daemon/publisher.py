@@ -286,6 +286,7 @@ class Publisher:
             reload=ctx.reload, udev_events=ctx.udev_events, udev_active=ctx.udev_active, process=ctx.process,
             link_events=ctx.link_events, link_active=ctx.link_active, maintenance=ctx.maintenance,
             maintenance_ended_at=ctx.maintenance_ended_at, bench=ctx.bench, render_metrics=REGISTRY.render,
+            nothing_to_judge=ev.nothing_to_judge,
         )  # fmt: skip
         topo_problems = ev.render.topo_problems if ev.render is not None else ()
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]

@@ -26,7 +26,7 @@ from agentd.ncclbench.job import BenchOutcome
 from agentd.outputs.maintenance import Maintenance
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
-HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance"]
+HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance", "nothing-to-judge"]
 _T = TypeVar("_T")
 
 
@@ -61,6 +61,8 @@ class State:
     # collection that started later is published
     maintenance: Maintenance | None = None
     maintenance_ended_at: float | None = None
+    # why the node has nothing to judge (agentd.judging.scope: no GPUs, no RDMA devices), or None
+    nothing_to_judge: str | None = None
     # The exposition of this State (the daemon passes agentd.daemon.exposition.REGISTRY.render):
     # injected, so the State holds finished bytes and never imports the metrics layer.
     render_metrics: Callable[["State"], bytes] | None = field(default=None, repr=False, compare=False)
@@ -83,7 +85,8 @@ class State:
             return "starting"
         if self.in_maintenance:
             return "maintenance"
-        return self.measured_status
+        measured = self.measured_status
+        return "nothing-to-judge" if measured == "ok" and self.nothing_to_judge is not None else measured
 
     def cached(self, key: Hashable, build: Callable[[], _T]) -> _T:
         """Derived data computed once per State, by whichever thread asks first: the loop,

@@ -107,6 +107,19 @@ def finding_line(f: Finding) -> str:
     return f"{head}{f.severity} {f.code} {f.subject}: {f.message}{tail}"
 
 
+REMEDIATION_PREFIX = "  remediation: "
+
+
+def finding_block(f: Finding) -> list[str]:
+    """``finding_line`` and, when the finding says what to do, a second line with it,
+    indented (``  remediation: ...``): for people reading `agentd check` and ``/checks``
+    text. No such line starts with a severity, so what reads severities at the start of a
+    line (the Slurm wrapper) reads the same findings as before."""
+    line = finding_line(f)
+    fix = " ".join(f.remediation.split())
+    return [line, REMEDIATION_PREFIX + fix] if fix else [line]
+
+
 def restored(data: JsonValue) -> Finding:
     """A finding read back from agentd's own state file (the lifecycle's tracks: its JSON
     plus ``about``, the typed subject), built by ``finding`` like any other. Raises

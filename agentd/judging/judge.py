@@ -13,6 +13,7 @@ from agentd.judging.baseline import Baseline, NodeIdentity, adopted, baseline_fr
 from agentd.judging.checks import CheckInput, run_checks
 from agentd.judging.checks.inventory import foreign_baseline
 from agentd.judging.roles import HcaRoles, hca_roles
+from agentd.judging.scope import nothing_to_judge
 from agentd.model import Finding, HistoryEntry, NodeSnapshot, NodeStatus, overall_status, sort_findings
 
 
@@ -25,6 +26,10 @@ class Judgement:
     # To save: a first one when there was none and this snapshot is healthy, or the one
     # there was with this node's identity added (``baseline.adopted``).
     new_baseline: Baseline | None
+    # Why the node has nothing to judge (no GPUs, no RDMA devices: agentd.judging.scope),
+    # or None. Then no baseline is saved and nothing workloads read is written; where the
+    # findings that count are all ok, the node's status is ``nothing-to-judge``.
+    nothing_to_judge: str | None = None
 
 
 def node_identity(snapshot: NodeSnapshot, config: AgentConfig) -> NodeIdentity:
@@ -46,8 +51,11 @@ def judge(snapshot: NodeSnapshot, history: Sequence[HistoryEntry], config: Agent
         found = sort_findings([*found, foreign_baseline(baseline, node, foreign)])
     findings = tuple(found)
     status = overall_status(findings)
-    if baseline is None:
+    empty = nothing_to_judge(snapshot, used)
+    if empty is not None:
+        new_baseline = None  # an empty inventory is no baseline: GPUs installed later are not "new"
+    elif baseline is None:
         new_baseline = baseline_from(snapshot, roles, node) if status == "ok" else None
     else:
         new_baseline = None if foreign else adopted(baseline, node)
-    return Judgement(snapshot, roles, findings, status, new_baseline)
+    return Judgement(snapshot, roles, findings, status, new_baseline, empty)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TypeVar
 
 from agentd.ncclbench.formulas import OPS
 
+P = TypeVar("P", bound=argparse.ArgumentParser)  # the CLI's parser class (its usage errors exit 3)
 
-def add_bench_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+
+def add_bench_parser(subparsers: argparse._SubParsersAction[P]) -> P:
     p = subparsers.add_parser("bench", help="measure collectives on this node's GPUs (opt-in, needs idle GPUs)")
     bsub = p.add_subparsers(dest="bench_command", required=True)
     n = bsub.add_parser("nccl", help="NCCL bus bandwidth per collective and size, judged against the fabric's expected values")

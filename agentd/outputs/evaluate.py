@@ -38,6 +38,8 @@ class Evaluation:
     # when the lifecycle changes on its own, on the clock ``evaluate`` was given (the
     # monotonic clock in the daemon; agentd.judging.lifecycle.Outcome)
     deadline: float | None = None
+    # no GPUs, no RDMA devices (agentd.judging.scope): nothing rendered, nothing written
+    nothing_to_judge: str | None = None
 
     def blocked(self, file: str) -> tuple[str, ...]:
         """Why the NCCL file labelled ``file`` must not be written now (empty: write it)."""
@@ -74,9 +76,10 @@ def evaluate(snap: NodeSnapshot, history: Sequence[HistoryEntry], config: AgentC
         new_baseline=j.new_baseline,  # judged on every finding: a node in boot grace is not a healthy inventory
         tracks=life.tracks,
         deadline=life.deadline,
+        nothing_to_judge=j.nothing_to_judge,
     )
-    if not config.nccl.enabled:
-        return ev
+    if not config.nccl.enabled or j.nothing_to_judge is not None:
+        return ev  # no NCCL files for a node without GPUs and RDMA devices
     try:
         r = render(snap, counted(life.findings), config, j.roles)
     except Exception as e:

@@ -153,7 +153,8 @@ class Writer:
         else:
             self.files.write(ev, config)
         try:
-            self.nfd.write(snap, ev, status, config, time.time())
+            if ev.nothing_to_judge is None:  # no labels for a node without GPUs and RDMA devices
+                self.nfd.write(snap, ev, status, config, time.time())
         except ValueError as e:  # bad label prefix etc.: report, never crash the cycle
             self.nfd.status = FileStatus(name="nfd-features", path=str(config.paths.nfd_features), ok=False, error=str(e))
         err = None

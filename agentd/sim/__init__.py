@@ -9,7 +9,9 @@ Public API::
     apply_fault(root, spec) -> Fault        (target/value resolved)
     clear_fault(root, spec) -> Fault
     applied_faults(root) -> list[str]
+    root_profile(root) -> str               the profile the root was built from
     FAULT_KINDS, describe_kinds()
+    fault_scope: where each kind shows, its finding, how it clears (`simulate --list`)
 
 A host root written here is what agentd's readers see on a node (DESIGN.md section 3):
 ``sys/`` in the kernel's layout with relative symlinks, ``proc/``, and ``.agentd/``
@@ -37,7 +39,7 @@ mode. Module docstrings of build, pci, rdma, net, node, faults and fault_kinds g
 from agentd.sim.boot import BOOTED_AGO_S, set_boot_time
 from agentd.sim.build import build_tree
 from agentd.sim.fault_kinds import describe_kinds
-from agentd.sim.faults import FAULT_KINDS, Fault, applied_faults, apply_fault, clear_fault, parse_fault
+from agentd.sim.faults import FAULT_KINDS, Fault, applied_faults, apply_fault, clear_fault, parse_fault, root_profile
 from agentd.sim.pci import pci_layout
 from agentd.sim.profiles import PROFILES, Profile
 
@@ -54,5 +56,6 @@ __all__ = [
     "apply_fault",
     "clear_fault",
     "applied_faults",
+    "root_profile",
     "describe_kinds",
 ]

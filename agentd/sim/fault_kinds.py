@@ -190,9 +190,10 @@ _KINDS = [
 KINDS: dict[str, Kind] = {k.name: k for k in _KINDS}
 
 
+def spec_form(k: Kind) -> str:
+    """How a spec of the kind is written: ``port_down[@port][=disabled|polling]``."""
+    return k.name + ("" if k.target == "none" else f"[@{k.target}]") + (f"[={k.value_help}]" if k.value else "")
+
+
 def describe_kinds() -> str:
-    lines = []
-    for k in _KINDS:
-        head = k.name + ("" if k.target == "none" else f"[@{k.target}]") + (f"[={k.value_help}]" if k.value else "")
-        lines.append(f"{head}\n    {k.help}")
-    return "\n".join(lines)
+    return "\n".join(f"{spec_form(k)}\n    {k.help}" for k in _KINDS)

@@ -129,6 +129,11 @@ def applied_faults(root: str | Path) -> list[str]:
     return [f["spec"] for f in _load_marker(Path(root))["faults"]]
 
 
+def root_profile(root: str | Path) -> str:
+    """The profile a simulator root was built from."""
+    return str(_load_marker(Path(root))["profile"])
+
+
 def _resolve(ctx: Ctx, fault: Fault) -> Target:
     try:
         kind = KINDS[fault.kind]

@@ -139,3 +139,22 @@ def test_a_member_as_deep_as_sysfs_goes_is_taken(tmp_path: Path, tmpdir: Path, m
     finally:
         replay.remove_unpacked(root)
     assert unpacked(tmpdir) == []
+
+
+def test_a_replay_daemons_state_beside_its_root_is_kept_while_it_lives_and_goes_with_its_root(tmpdir: Path) -> None:
+    """`agentd run --host-root FILE` keeps its state in ``<unpacked>-out`` (no lock of its
+    own): another command's sweep must not take it from a running daemon, and must take it
+    with the root of a process that is gone."""
+    live, dead = tmpdir / f"{replay.PREFIX}l1v3", tmpdir / f"{replay.PREFIX}d34d"
+    for d in (live, dead):
+        (d / "sys").mkdir(parents=True)
+        (tmpdir / f"{d.name}-out").mkdir()
+        (tmpdir / f"{d.name}-out" / "nccl.env").write_text("NCCL_IB_HCA=mlx5_0:1\n")
+    fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert replay.sweep_unpacked(str(tmpdir)) == 1
+        assert sorted(os.listdir(tmpdir)) == [live.name, f"{live.name}-out"]
+        assert (tmpdir / f"{live.name}-out" / "nccl.env").is_file()
+    finally:
+        os.close(fd)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from agentd.sim.build import build_tree
+
 pytestmark = [pytest.mark.e2e]
 
 HANG_GUARD_S = 60  # a guard against the hang under test, not a timing: a stop takes about a second
@@ -41,8 +43,9 @@ def free_port() -> int:
 
 
 def start(tmp_path: Path, patch: str) -> tuple[subprocess.Popen[str], Path]:
-    root = tmp_path / "root"
-    (root / "sys").mkdir(parents=True)
+    # a node with something to judge: on one with no GPUs and no RDMA devices agentd writes
+    # nothing for workloads (nothing-to-judge), and the write under test would never start
+    root = build_tree("pcie-4gpu", tmp_path / "root")
     cfg = tmp_path / "agentd.toml"
     cfg.write_text("[intervals]\nfast_s = 0.2\nmedium_s = 0.4\nslow_s = 0.6\n[timeouts]\nprobe_s = 1\n")
     argv = ["run", "--config", str(cfg), "--host-root", str(root), "--listen", f"127.0.0.1:{free_port()}"]

@@ -400,3 +400,20 @@ def test_a_file_owned_by_someone_else_is_ignored(run, tmp_path: Path) -> None:
     r = run(body="ok\n", code=200, AGENTD_NODENAME="", SLURMD_NODENAME="gpu01", show=DRAINED_BY_AGENTD)
     assert "not owned by root; ignored" in r.log
     assert r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
+
+
+def test_nothing_to_judge_neither_drains_nor_resumes(run) -> None:
+    """A node with no GPUs and no RDMA devices (issue 43): the daemon says so with 200, the
+    one-shot check with exit 4; the node is left as it is, even a drain of agentd's own."""
+    r = run(body="nothing-to-judge\nnothing to judge: no GPUs, no RDMA devices\n", code=200, show=DRAINED_BY_AGENTD)
+    assert r.rc == 4 and r.updates == [] and r.agentd_calls == []
+    assert "nothing to judge" in r.log
+    r = run(curl_rc=7, check_body="nothing-to-judge\nnothing to judge: no GPUs, no RDMA devices\n", check_rc=4, show=DRAINED_BY_AGENTD)
+    assert r.rc == 4 and r.updates == [] and r.agentd_calls == ["check --format text"]
+
+
+def test_remediation_lines_of_the_check_text_change_nothing_the_wrapper_reads(run) -> None:
+    body = ("critical\ncritical ib.port.down mlx5_3:1: port DOWN\n  remediation: enable it (`ibportstate 7 1 enable`)\n"
+            "warning mtu.mismatch eth2: MTU 1500\n  remediation: critical: set the MTU\n")
+    r = run(curl_rc=7, check_body=body, check_rc=2)
+    assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_3:1: port DOWN"]]

@@ -191,6 +191,7 @@ def test_findings_text_in_maintenance() -> None:
         "maintenance",
         "maintenance agentd.maintenance node: cable swap (since 2024-05-01T10:00:00Z)",
         "critical ib.port.down mlx5_3:1: port state DOWN",
+        "  remediation: check the cable",
     ]
     assert findings_text([], maintenance=Maintenance("", MTIME, None)).splitlines()[1] == \
         "maintenance agentd.maintenance node: no reason given (since 2024-05-01T10:00:00Z)"

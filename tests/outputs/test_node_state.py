@@ -72,7 +72,7 @@ def test_check_on_another_root_never_makes_the_node_baseline(tmp_path):
     assert len(said) == 1 and "without a baseline" in said[0] and str(paths["baseline"]) in said[0], p.stderr
 
     node = run_agentd("check", "--config", str(cfg), "--format", "json")  # this machine's /, the node
-    assert node.returncode in (0, 1, 2), node.stderr
+    assert node.returncode in (0, 1, 2, 4), node.stderr  # 4: this machine has no GPU and no RDMA device
     assert [f for f in findings(node) if f[0].startswith("inventory.") and f[1] != "ok"] == []
     assert NOT_THE_NODE not in node.stderr
 

@@ -52,7 +52,7 @@ def _stdin(text: str | None) -> Iterator[None]:
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None, stdin: str | None = None) -> Ran:
     """``agentd ARGS...`` in this process, standard input ``stdin`` (empty by default); a
-    usage error's exit is the status argparse gives."""
+    usage error's exit (3) and --help's (0) are returned like any other."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err), _environment(env), _stdin(stdin):
         try:
