@@ -34,6 +34,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_probe_stale_limit_seconds", G, "Age after which the probe's data counts as stale.", ("probe",)),
     Family("agentd_probe_read_errors", G, "Read errors (missing, unreadable, unparsable files) in the probe's latest data.", ("probe",)),
     Family("agentd_probe_files_read", G, "Files the probe's latest successful run read.", ("probe",)),
+    Family("agentd_collect_backed_off_info", G, "One series (value 1) per PCI function whose firmware-backed reads agentd stopped for this boot (collect.device.backed_off): reads firmware (counters, statistics, DCB, ECN, hwmon) or link (also port state), reason kernel_log (a command failure right after agentd read it) or limited_pf (a Fabric Manager limited PF). None on a node where nothing backed off.", ("pci_bus_id", "reads", "reason")),
     Family("agentd_collection_duration_seconds", G, "Wall time of the latest collection of the tier (probes, checks, renders, writes).", ("tier",)),
     Family("agentd_collection_cpu_seconds", G, "CPU time of the agentd process during the latest collection of the tier.", ("tier",)),
     Family("agentd_last_collection_timestamp_seconds", G, "Unix time the latest collection of the tier finished.", ("tier",)),
@@ -127,6 +128,8 @@ def render(x: Exposition, s: MetricsSource) -> None:
             x.add("agentd_probe_read_errors", lab, errors.get(p.name, 0))
             if p.ok:
                 x.add("agentd_probe_files_read", lab, p.files_read)
+        for b in snap.backed_off:
+            x.add("agentd_collect_backed_off_info", (b.pci_bus_id, b.reads, b.reason), 1)
     for t in s.tiers:
         x.add("agentd_collection_duration_seconds", (t.tier,), t.duration_s)
         x.add("agentd_collection_cpu_seconds", (t.tier,), t.cpu_s)

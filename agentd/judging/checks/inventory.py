@@ -56,7 +56,11 @@ def check_inventory(inp: CheckInput) -> list[Finding]:
                 f"but not on the node now ({len(snap.gpus)} of {len(base.gpus)} GPUs present)",
                 _GPU_HINT, measured="absent", expected="present"))
     by_bus = {h.pci_bus_id: h for h in snap.hcas if h.pci_bus_id}
+    # collect.ignore: what agentd does not read is not missing (collect.device.ignored says so)
+    ignored = {d.name for d in snap.ignored if d.kind == "rdma"} | {d.pci_bus_id for d in snap.ignored if d.pci_bus_id}
     for bh in base.hcas:
+        if bh.name in ignored or (bh.pci_bus_id is not None and bh.pci_bus_id in ignored):
+            continue
         h = snap.hca(bh.name) or (by_bus.get(bh.pci_bus_id) if bh.pci_bus_id else None)
         if h is None:
             where = f" at {bh.pci_bus_id}" if bh.pci_bus_id else ""
