@@ -50,6 +50,7 @@ from agentd.model import (
     Hca,
     IbPort,
     IgnoredDevice,
+    KernelEvent,
     KernelLog,
     NcclConf,
     Netdev,
@@ -640,12 +641,20 @@ class Collector:
         if not isinstance(log, KernelLog) or not log.available:
             return
         seen = self._backoff_seen[0]
-        self._backoff_seen[0] = max(seen or -1, log.last_seq if log.last_seq is not None else -1)
+        last = log.last_seq if log.last_seq is not None else -1
+        if seen is not None and last <= seen:
+            return  # nothing new (a steady cycle stops here)
+        self._backoff_seen[0] = max(seen if seen is not None else -1, last)
         if seen is None and not self.host.is_live:
             return  # a recorded log's first read: history, stamped when read (agentd.collection.backoff)
-        new = [e for e in log.events if e.seq > (seen if seen is not None else -1)]
+        new: list[KernelEvent] = []
+        for e in reversed(log.events):  # oldest first: the new ones are at the end
+            if seen is not None and e.seq <= seen:
+                break
+            new.append(e)
         if not new or not self._windows:
             return
+        new.reverse()
         for rec in back_offs(new, list(self._windows), self._read_functions(), self.gate.state.backed_off):
             self.gate.back_off(rec)
 

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from agentd import __version__
 from agentd.base.expo import Exposition, Family, MetricType
+from agentd.base.ids import bus_id_label
 from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
@@ -129,7 +130,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
             if p.ok:
                 x.add("agentd_probe_files_read", lab, p.files_read)
         for b in snap.backed_off:
-            x.add("agentd_collect_backed_off_info", (b.pci_bus_id, b.reads, b.reason), 1)
+            x.add("agentd_collect_backed_off_info", (bus_id_label(b.pci_bus_id), b.reads, b.reason), 1)
     for t in s.tiers:
         x.add("agentd_collection_duration_seconds", (t.tier,), t.duration_s)
         x.add("agentd_collection_cpu_seconds", (t.tier,), t.cpu_s)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentd import sim
+from agentd.base.ids import bus_id_label
 from agentd.collection.backoff import ReadWindow, back_offs
 from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
@@ -80,7 +81,7 @@ def test_a_firmware_failure_right_after_a_counter_read_stops_those_reads_for_the
     assert "mlx5_2" in hca_roles(snap, config.hca).compute  # still judged by what it still reads
 
     metrics = service_snapshots.state(snap=snap).metrics_bytes().decode()
-    assert f'agentd_collect_backed_off_info{{pci_bus_id="{bdf}",reads="firmware",reason="kernel_log"}} 1' in metrics
+    assert f'agentd_collect_backed_off_info{{pci_bus_id="{bus_id_label(bdf)}",reads="firmware",reason="kernel_log"}} 1' in metrics
 
 
 @pytest.mark.tree
