@@ -655,21 +655,8 @@ class ReadContext:
 
     def readlink_name(self, path: str | os.PathLike[str]) -> str | None:
         """basename of a symlink's target (e.g. the driver name of .../driver); None if no link."""
-        p = self._abs(path)
-        try:
-            target = self._readlink(p)
-        except ReadFailure as e:
-            self._log(("readlink", p, Escaped(e.detail)))
-            self.error(p, "escape", e.detail)
-            return None
-        except OSError as e:
-            self._log(("readlink", p, e.errno))
-            return None
-        if self.journal is not None:
-            self.journal.append(("readlink", p, target))
-        if self._rec is not None:
-            self._rec.touched(p)
-        return os.path.basename(target.rstrip("/")) or None
+        target = self.link_target(path)
+        return os.path.basename(target.rstrip("/")) or None if target is not None else None
 
     def link_target(self, path: str | os.PathLike[str]) -> str | None:
         """The target text of a symlink (``sys/class/net/eth0`` ->

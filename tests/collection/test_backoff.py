@@ -20,31 +20,20 @@ from agentd.judging.judge import judge
 from agentd.judging.roles import hca_roles
 from agentd.model import KernelEvent
 from tests.support import service_snapshots
+from tests.support.read_spy import ReadSpy
 
 ACCESS_REG = ("mlx5_core 0000:49:00.0: mlx5_cmd_out_err:838:(pid 1441871): ACCESS_REG(0x805) op_mod(0x1) failed, "
               "status bad operation(0x2), syndrome (0x305684), err(-22)")  # tests/fixtures/kmsg/mlx5.txt record 7, bus id of mlx5_2
 
 
-class Spy:
-    def __init__(self) -> None:
-        self.read: list[str] = []
-
-    def file(self, path: str, data: bytes) -> None:
-        self.read.append(path)
-
-    def listing(self, path: str, names: list[str]) -> None:
-        self.read.append(path)
-
-    def touched(self, path: str) -> None:
-        pass
 
 
-def _collector(root: Path, spy: Spy) -> Collector:
+def _collector(root: Path, spy: ReadSpy) -> Collector:
     host = dataclasses.replace(HostRoot.at(root), recorder=spy)
     return Collector(host, AgentConfig.model_validate({"host_root": str(root)}))
 
 
-def _counter_reads(spy: Spy, root: Path, hca: str) -> list[str]:
+def _counter_reads(spy: ReadSpy, root: Path, hca: str) -> list[str]:
     ports = str(root / "sys/class/infiniband" / hca / "ports")
     return [p for p in spy.read if p.startswith(ports) and ("/counters" in p or "/hw_counters" in p)]
 
@@ -53,7 +42,7 @@ def _counter_reads(spy: Spy, root: Path, hca: str) -> list[str]:
 def test_a_firmware_failure_right_after_a_counter_read_stops_those_reads_for_the_boot(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
     bdf = os.readlink(root / "sys/class/infiniband/mlx5_2").split("/")[-3]
-    spy = Spy()
+    spy = ReadSpy()
     c = _collector(root, spy)
     c.run_sync()  # the first collection; the kernel log's first read is history
     assert _counter_reads(spy, root, "mlx5_2")
@@ -87,7 +76,7 @@ def test_a_firmware_failure_right_after_a_counter_read_stops_those_reads_for_the
 @pytest.mark.tree
 def test_failures_that_go_on_while_only_the_link_is_read_widen_it_and_the_netdev_gives_the_state(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
-    spy = Spy()
+    spy = ReadSpy()
     c = _collector(root, spy)
     c.run_sync()
     c.run_sync(["ib_counters"])
@@ -112,7 +101,7 @@ def test_failures_that_go_on_while_only_the_link_is_read_widen_it_and_the_netdev
 @pytest.mark.tree
 def test_a_failure_of_another_command_or_long_after_the_read_is_not_agentds_doing(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
-    c = _collector(root, Spy())
+    c = _collector(root, ReadSpy())
     c.run_sync()
     sim.apply_fault(root, "mlx5_cmd_timeout@mlx5_2")  # ENABLE_HCA: the driver's own command
     c.run_sync()
@@ -127,7 +116,7 @@ def test_a_limited_pf_is_never_read_and_never_compute(tmp_path):
     # B200/B300): here in a VPD-R resource's V0 keyword (PCI VPD format: large resource
     # tags 0x82 identifier and 0x90 read-only fields, the end tag 0x78).
     (fn / "vpd").write_bytes(_vpd([(b"PN", b"MCX750500B-0D00"), (b"V0", b"SMDL=SW_MNG")]))
-    spy = Spy()
+    spy = ReadSpy()
     c = _collector(root, spy)
     c.run_sync()
     assert _counter_reads(spy, root, "mlx5_5") == []  # not even the first time

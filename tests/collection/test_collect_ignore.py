@@ -23,24 +23,11 @@ from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
+from tests.support.read_spy import ReadSpy
 
 pytestmark = pytest.mark.tree
 
 
-class Spy:
-    """A ReadRecorder that keeps every path read or listed."""
-
-    def __init__(self) -> None:
-        self.read: list[str] = []
-
-    def file(self, path: str, data: bytes) -> None:
-        self.read.append(path)
-
-    def listing(self, path: str, names: list[str]) -> None:
-        self.read.append(path)
-
-    def touched(self, path: str) -> None:
-        pass
 
 
 def _fifo_everything(fn: Path, writers: list[int]) -> int:
@@ -85,7 +72,7 @@ def _rel(root: Path, p: Path) -> str:
 def test_an_ignored_device_is_never_read_and_is_one_fact(node, which):
     root, fn, bdf, netdev = node
     pattern = {"rdma": "mlx5_3", "netdev": netdev, "bdf": bdf}[which]
-    spy = Spy()
+    spy = ReadSpy()
     host = dataclasses.replace(HostRoot.at(root), recorder=spy)
     config = AgentConfig.model_validate({"host_root": str(root), "collect": {"ignore": [pattern]}})
     c = Collector(host, config)
@@ -120,7 +107,7 @@ def test_the_check_command_says_one_fact_about_it(node, tmp_path, capsys):
 
 def test_a_reload_that_ignores_a_device_stops_reading_it(node):
     root, fn, bdf, _netdev = node
-    spy = Spy()
+    spy = ReadSpy()
     host = dataclasses.replace(HostRoot.at(root), recorder=spy)
     c = Collector(host, AgentConfig.model_validate({"host_root": str(root)}))
     c.run_sync(["ib"])
