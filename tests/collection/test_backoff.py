@@ -26,8 +26,6 @@ ACCESS_REG = ("mlx5_core 0000:49:00.0: mlx5_cmd_out_err:838:(pid 1441871): ACCES
               "status bad operation(0x2), syndrome (0x305684), err(-22)")  # tests/fixtures/kmsg/mlx5.txt record 7, bus id of mlx5_2
 
 
-
-
 def _collector(root: Path, spy: ReadSpy) -> Collector:
     host = dataclasses.replace(HostRoot.at(root), recorder=spy)
     return Collector(host, AgentConfig.model_validate({"host_root": str(root)}))

@@ -28,8 +28,6 @@ from tests.support.read_spy import ReadSpy
 pytestmark = pytest.mark.tree
 
 
-
-
 def _fifo_everything(fn: Path, writers: list[int]) -> int:
     """Every regular file under ``fn`` becomes a FIFO (mode 000) with a writer open on it."""
     n = 0
