@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple
+from typing import Generic, Literal, NamedTuple, TypeVar, cast
 
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
@@ -58,6 +58,7 @@ from agentd.model import (
     NvmlInfo,
     PciDevice,
     PciLinkRead,
+    PfcConfig,
     ProbeStatus,
     ReadError,
     SoftwareVersions,
@@ -74,49 +75,45 @@ WINDOWS_KEPT = 64
 
 @dataclass(frozen=True)
 class ProbeOutput:
+    """One probe's latest output. ``data`` is what its ProbeSpec's ``fn`` returns: read it
+    through ``data_of(outputs, SPEC)``, which gives it that spec's type."""
+
     name: str
-    data: Any
+    data: object
     errors: tuple[ReadError, ...]
     status: ProbeStatus
     # The accesses of the full run that produced ``data`` (agentd.host.fs.replay); None:
     # this probe is not journaled (it asks the kernel or NVML) or its run failed.
-    journal: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
-    inputs: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # the data of the probes it read (``after``)
+    journal: tuple[JournalEntry, ...] | None = field(default=None, repr=False, compare=False)
+    inputs: tuple[object, ...] = field(default=(), repr=False, compare=False)  # the data of the probes it read (``after``)
     full_at: float = 0.0  # time.monotonic() of that full run
     reused: bool = False  # this run replayed the journal and kept the previous data
     # The journal's entries a quick check replays (``ProbeSpec.signals``); None: all.
-    signals: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    signals: tuple[JournalEntry, ...] | None = field(default=None, repr=False, compare=False)
     checked_at: float = 0.0  # time.monotonic() of the latest full run or whole-journal replay
     ignored: tuple[IgnoredDevice, ...] = ()  # devices collect.ignore kept it from reading
 
 
-ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], Any]
-
-
-def _rdma_netdevs(outputs: Mapping[str, ProbeOutput], ctx: ReadContext) -> list[str]:
-    """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something;
-    not those of a function agentd backed off from (both are firmware commands on mlx5)."""
-    out = outputs.get("netdev")
-    if out is None or not out.data:
-        return []
-    return [n.name for n in out.data if not n.is_virtual and n.link_layer == "Ethernet" and ctx.firmware_ok(n.pci_bus_id)]
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], T_co]
 
 
 @dataclass(frozen=True)
-class ProbeSpec:
+class ProbeSpec(Generic[T_co]):
+    """A probe: its reader ``fn`` gives a ``T_co`` (None: a stream the collector reads
+    itself, the kernel log)."""
+
     name: str
     tier: Tier
-    fn: ProbeFn
-    empty: Any  # value when the probe never produced data
+    fn: ProbeFn[T_co] | None
+    empty: T_co  # value when the probe never produced data
     nvml: bool = False  # uses the NVML timeout
     after: tuple[str, ...] = ()  # probes whose output this one needs
     # Whether everything the probe learns comes through its ReadContext on this host (so
     # replaying its journal tells whether its output would change). NVML never: the
     # library answers (and a simulated hang must hang every time).
     journaled: Callable[[HostRoot], bool] = lambda host: True
-    # A probe over a stream rather than files (the kernel log): the collector keeps one
-    # ``KernelLogSource`` for it and ``fn`` is not used.
-    stream: bool = False
     # Which journal entries a quick check replays (None: the whole journal, always).
     signals: Callable[[JournalEntry], bool] | None = None
     # The level of the firmware-backed reads it makes (agentd.collection.backoff), None:
@@ -146,20 +143,24 @@ def _files_unless_live(host: HostRoot) -> bool:
     return not host.is_live
 
 
+def _rdma_netdevs(outputs: Mapping[str, ProbeOutput], ctx: ReadContext) -> list[str]:
+    """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something;
+    not those of a function agentd backed off from (both are firmware commands on mlx5)."""
+    return [n.name for n in data_of(outputs, NETDEV)
+            if not n.is_virtual and n.link_layer == "Ethernet" and ctx.firmware_ok(n.pci_bus_id)]
+
+
 def _pcie_errors(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> tuple[PciLinkRead, ...]:
     """AER counters of GPUs, HCAs and the bridges above them (the slow probes' tree and HCA
     inventory say which), without re-walking the PCI tree."""
-    hcas = outputs.get("ib_gids")
-    bus_ids = [h.pci_bus_id for h in hcas.data if h.pci_bus_id] if hcas is not None and hcas.data else []
-    devs = outputs.get("pci")
-    return pcie_errors.read_pcie_errors(ctx, devs.data if devs is not None else (), bus_ids)
+    bus_ids = [h.pci_bus_id for h in data_of(outputs, IB_GIDS) if h.pci_bus_id]
+    return pcie_errors.read_pcie_errors(ctx, data_of(outputs, PCI), bus_ids)
 
 
 def _fabric_daemons(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> FabricDaemons:
     """The fabric daemons, looked for only where they can matter: a node with NVIDIA GPUs
     or NVSwitches on its PCI bus (an idle CPU node does not scan its process table)."""
-    devs = outputs.get("pci")
-    if devs is None or not any(d.is_nvswitch or (d.is_gpu and d.vendor_id == NVIDIA) for d in devs.data):
+    if not any(d.is_nvswitch or (d.is_gpu and d.vendor_id == NVIDIA) for d in data_of(outputs, PCI)):
         return FabricDaemons()
     return daemons.read_daemons(ctx)
 
@@ -188,27 +189,34 @@ IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
     "ib_gids": ("gids", "inventory", "qos"),
 })
 
-PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions())),
-    ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
-    ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids")),
-    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (),
-              signals=_signals(infiniband.LINK_SIGNALS, lambda p: p.endswith("/" + infiniband.CLASS_IB)),
-              firmware="link", quick_firmware=True),
-    ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), (), firmware="firmware"),
-    ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), (), firmware="link"),
-    ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
-              signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET)), firmware="firmware"),
-    ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
-    ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live,
-              firmware="firmware"),
-    ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live,
-              firmware="firmware"),
-    ProbeSpec("kernel", "fast", lambda c, o: None, KernelLog(asked=False), journaled=lambda host: False, stream=True),
-    ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False),
-    # A live process table changes all the time: replaying its journal would only read it twice.
-    ProbeSpec("daemons", "slow", _fabric_daemons, FabricDaemons(), after=("pci",), journaled=lambda host: not host.is_live),
-)
+SYSTEM: ProbeSpec[SystemRead] = ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions()))
+PCI: ProbeSpec[tuple[PciDevice, ...]] = ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ())
+PCI_ERRORS: ProbeSpec[tuple[PciLinkRead, ...]] = ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids"))
+IB: ProbeSpec[tuple[Hca, ...]] = ProbeSpec(
+    "ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (),
+    signals=_signals(infiniband.LINK_SIGNALS, lambda p: p.endswith("/" + infiniband.CLASS_IB)), firmware="link", quick_firmware=True)
+IB_COUNTERS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec(
+    "ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), (), firmware="firmware")
+IB_GIDS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec(
+    "ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), (), firmware="link")
+NETDEV: ProbeSpec[tuple[Netdev, ...]] = ProbeSpec(
+    "netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
+    signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET)), firmware="firmware")
+GDR: ProbeSpec[GdrInfo] = ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo())
+ETHTOOL: ProbeSpec[Mapping[str, dict[str, int]]] = ProbeSpec(
+    "ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live,
+    firmware="firmware")
+DCB: ProbeSpec[Mapping[str, PfcConfig]] = ProbeSpec(
+    "dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live, firmware="firmware")
+# A stream rather than files: the collector keeps one KernelLogSource for it (no ``fn``).
+KERNEL: ProbeSpec[KernelLog] = ProbeSpec("kernel", "fast", None, KernelLog(asked=False), journaled=lambda host: False)
+NVML: ProbeSpec[NvmlInfo] = ProbeSpec(
+    "nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False)
+# A live process table changes all the time: replaying its journal would only read it twice.
+DAEMONS: ProbeSpec[FabricDaemons] = ProbeSpec(
+    "daemons", "slow", _fabric_daemons, FabricDaemons(), after=("pci",), journaled=lambda host: not host.is_live)
+
+PROBES: tuple[ProbeSpec[object], ...] = (SYSTEM, PCI, PCI_ERRORS, IB, IB_COUNTERS, IB_GIDS, NETDEV, GDR, ETHTOOL, DCB, KERNEL, NVML, DAEMONS)
 PROBE_BY_NAME = {p.name: p for p in PROBES}
 # The probe catalogue: every probe name with its tier, in collection order. Tests, the
 # daemon's tier loops and the metrics take probe names from here.
@@ -224,9 +232,12 @@ def probes_in(tiers: Iterable[Tier]) -> list[str]:
 # assembly (pure)
 
 
-def _data(outputs: Mapping[str, ProbeOutput], name: str) -> Any:
-    out = outputs.get(name)
-    return out.data if out is not None else PROBE_BY_NAME[name].empty
+def data_of(outputs: Mapping[str, ProbeOutput], spec: ProbeSpec[T]) -> T:
+    """``spec``'s latest data in ``outputs`` (its ``empty`` when it never ran). The one
+    place the type is asserted: an output is only ever recorded under its spec's name,
+    from that spec's ``fn`` (or ``empty``)."""
+    out = outputs.get(spec.name)
+    return cast(T, out.data) if out is not None else spec.empty
 
 
 def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
@@ -242,7 +253,7 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
         for p in h.ports:
             c = by_counters.get((h.name, p.port))
             s = by_slow.get((h.name, p.port))
-            upd: dict[str, Any] = {}
+            upd: dict[str, object] = {}
             if c is not None:
                 upd["counters"] = c.counters
                 upd["hw_counters"] = c.hw_counters
@@ -290,10 +301,10 @@ def _links_from_netdevs(hcas: tuple[Hca, ...], netdevs: tuple[Netdev, ...], back
     return tuple(out)
 
 
-def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], pfc: Mapping[str, Any]) -> tuple[Netdev, ...]:
+def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], pfc: Mapping[str, PfcConfig]) -> tuple[Netdev, ...]:
     out = []
     for n in nds:
-        upd: dict[str, Any] = {}
+        upd: dict[str, object] = {}
         if n.name in stats:
             upd["ethtool"] = stats[n.name]
         if n.name in pfc:
@@ -313,7 +324,7 @@ def _merge_pci(devs: tuple[PciDevice, ...], reads: tuple[PciLinkRead, ...]) -> t
         if r is None:
             out.append(d)
             continue
-        upd: dict[str, Any] = {"aer": r.aer}
+        upd: dict[str, object] = {"aer": r.aer}
         if r.link_read and (r.current_link_speed is not None or r.current_link_width is not None):
             upd.update(current_link_speed=r.current_link_speed, current_link_speed_gts=r.current_link_speed_gts, current_link_width=r.current_link_width)
         out.append(d.model_copy(update=upd))
@@ -347,13 +358,13 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
              host_mode_reason: str | None = None, gate: GateState | None = None) -> NodeSnapshot:
     """The snapshot of ``outputs``; ``gate``: what agentd.host.gate stopped reading."""
     backed = gate.backed_off if gate is not None else {}
-    pci_devs = _merge_pci(_data(outputs, "pci"), _data(outputs, "pci_errors"))
+    pci_devs = _merge_pci(data_of(outputs, PCI), data_of(outputs, PCI_ERRORS))
     pci_numa = {d.bdf: d.numa_node for d in pci_devs}
-    netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"))
-    hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
+    netdevs = _merge_netdevs(data_of(outputs, NETDEV), data_of(outputs, ETHTOOL), data_of(outputs, DCB))
+    hcas = _merge_hcas(data_of(outputs, IB), data_of(outputs, IB_COUNTERS), data_of(outputs, IB_GIDS), pci_numa)
     hcas = _links_from_netdevs(hcas, netdevs, backed)
-    nv = _data(outputs, "nvml")
-    sysread: SystemRead = _data(outputs, "system")
+    nv = data_of(outputs, NVML)
+    sysread = data_of(outputs, SYSTEM)
     # Each IB tier lists the same HCA and port directories (and ib, ib_gids both read
     # link_layer): report a bad entry once.
     errors: dict[tuple[str, str], ReadError] = {}
@@ -373,10 +384,10 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         gpus=_gpus(pci_devs, hcas, nv),
         hcas=hcas,
         netdevs=netdevs,
-        gdr=_data(outputs, "gdr"),
+        gdr=data_of(outputs, GDR),
         nvml=nv,
-        kernel=_data(outputs, "kernel"),
-        daemons=_data(outputs, "daemons"),
+        kernel=data_of(outputs, KERNEL),
+        daemons=data_of(outputs, DAEMONS),
         nccl_conf=sysread.nccl_conf,
         versions=sysread.versions,
         probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
@@ -395,27 +406,27 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
 class _Run:
     """What one probe run returned to the collector (from its lane thread)."""
 
-    data: Any
+    data: object
     errors: tuple[ReadError, ...]
     files_read: int
     duration: float
     finished: float
-    journal: tuple[Any, ...] | None = None
-    inputs: tuple[Any, ...] = ()
+    journal: tuple[JournalEntry, ...] | None = None
+    inputs: tuple[object, ...] = ()
     full_at: float = 0.0
     reused: bool = False
-    signals: tuple[Any, ...] | None = None
+    signals: tuple[JournalEntry, ...] | None = None
     checked_at: float = 0.0
     ignored: tuple[IgnoredDevice, ...] = ()
     began: float = 0.0  # unix time the run started (its read window: agentd.collection.backoff)
     signals_only: bool = False  # a quick check that replayed only the signals
 
 
-def _inputs(spec: ProbeSpec, outputs: Mapping[str, ProbeOutput]) -> tuple[Any, ...]:
+def _inputs(spec: ProbeSpec[object], outputs: Mapping[str, ProbeOutput]) -> tuple[object, ...]:
     return tuple(outputs[a].data if a in outputs else None for a in spec.after)
 
 
-def _reuse(host: HostRoot, prev: ProbeOutput | None, inputs: tuple[Any, ...], now: float, quick_s: float) -> tuple[bool, bool]:
+def _reuse(host: HostRoot, prev: ProbeOutput | None, inputs: tuple[object, ...], now: float, quick_s: float) -> tuple[bool, bool]:
     """(True, whether only the signals were replayed) when replaying ``prev``'s journal
     shows nothing it read changed: only its signals while the last whole replay is younger
     than ``quick_s`` (0: never), else all of it."""
@@ -441,7 +452,7 @@ class _Turn:
     its thread this group's lane is busy, and later cycles run each probe in its own lane.
     """
 
-    def __init__(self, collector: Collector, specs: list[ProbeSpec], quick: bool = False):
+    def __init__(self, collector: Collector, specs: list[ProbeSpec[object]], quick: bool = False):
         self.collector, self.specs, self.deps, self.quick = collector, specs, dict(collector.outputs), quick
         self.began = time.monotonic()
         # (run, error, when it ended (monotonic), how long it took): appended by the lane's thread
@@ -489,7 +500,7 @@ class _Turn:
         self._taken = n + 1
         return True
 
-    def unstarted(self) -> list[ProbeSpec]:
+    def unstarted(self) -> list[ProbeSpec[object]]:
         """After the wait: the probes this run will not record (those after a hung one,
         or the rest when the run itself died), for their own lanes."""
         self._take()
@@ -522,10 +533,10 @@ class Collector:
             self.kernel_source = KernelLogSource(self.host)
         self.gate.bind(self.host, self.config.collect.ignore)
 
-    def _timeout(self, spec: ProbeSpec) -> float:
+    def _timeout(self, spec: ProbeSpec[object]) -> float:
         return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
 
-    def _body(self, spec: ProbeSpec, deps: Mapping[str, ProbeOutput], quick: bool = False) -> _Run:
+    def _body(self, spec: ProbeSpec[object], deps: Mapping[str, ProbeOutput], quick: bool = False) -> _Run:
         """One run of a probe (in its lane thread): the journal replayed when there is one
         (only its signals when ``quick`` and the whole was replayed recently), the reader
         in full when that shows a change (or there is none)."""
@@ -545,7 +556,7 @@ class Collector:
                             ignored=prev.ignored, began=began, signals_only=signals_only)
         ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None, gate=self.gate)
         try:
-            data = self._stream(ctx) if spec.stream else spec.fn(ctx, deps)
+            data = self._stream(ctx) if spec.fn is None else spec.fn(ctx, deps)
         finally:
             ctx.close()
         journal = tuple(ctx.journal) if ctx.journal is not None else None
@@ -565,7 +576,7 @@ class Collector:
             lane = self._lanes[name] = Lane(name)
         return lane
 
-    def _turn(self, specs: list[ProbeSpec], quick: bool = False) -> _Turn | None:
+    def _turn(self, specs: list[ProbeSpec[object]], quick: bool = False) -> _Turn | None:
         """Start ``specs`` one after another as one run in one lane (None: fewer than two,
         or this group's earlier run still hangs: then each goes to its own lane)."""
         if len(specs) < 2:
@@ -577,7 +588,7 @@ class Collector:
         turn.fut = fut
         return turn
 
-    def _record(self, spec: ProbeSpec, result: _Run | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
+    def _record(self, spec: ProbeSpec[object], result: _Run | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
         now = time.time()
         prev = self.outputs.get(spec.name)
         if result is not None:
@@ -616,7 +627,7 @@ class Collector:
                 ignored=prev.ignored if prev is not None else (),
             )
         self.outputs[spec.name] = out
-        if spec.stream and result is not None:
+        if spec.fn is None and result is not None:  # the kernel log
             self._back_off(out.data)
         return out
 
@@ -627,13 +638,8 @@ class Collector:
     def _read_functions(self) -> frozenset[str]:
         """The PCI functions agentd reads firmware-backed files of: the HCAs' and the
         physical netdevs' (as the latest inventory and netdev reads know them)."""
-        out: set[str] = set()
-        for name in ("ib_gids", "netdev"):
-            o = self.outputs.get(name)
-            for item in o.data if o is not None and o.data else ():
-                if item.pci_bus_id:
-                    out.add(item.pci_bus_id)
-        return frozenset(out)
+        hcas = {h.pci_bus_id for h in data_of(self.outputs, IB_GIDS) if h.pci_bus_id}
+        return frozenset(hcas | {n.pci_bus_id for n in data_of(self.outputs, NETDEV) if n.pci_bus_id})
 
     def _back_off(self, log: object) -> None:
         """Match the kernel log's new events against the recent read windows; back off
@@ -658,7 +664,7 @@ class Collector:
         for rec in back_offs(new, list(self._windows), self._read_functions(), self.gate.state.backed_off):
             self.gate.back_off(rec)
 
-    def _phases(self, names: Iterable[str]) -> list[list[ProbeSpec]]:
+    def _phases(self, names: Iterable[str]) -> list[list[ProbeSpec[object]]]:
         wanted = [PROBE_BY_NAME[n] for n in names]
         first = [s for s in wanted if not any(a in {w.name for w in wanted} for a in s.after)]
         second = [s for s in wanted if s not in first]
@@ -686,7 +692,7 @@ class Collector:
             for spec, fut, t0 in aside:
                 self._wait_sync(spec, fut, t0)
 
-    def _wait_sync(self, spec: ProbeSpec, fut: Future[_Run], t0: float) -> None:
+    def _wait_sync(self, spec: ProbeSpec[object], fut: Future[_Run], t0: float) -> None:
         left = max(0.0, self._timeout(spec) - (time.monotonic() - t0))
         try:
             self._record(spec, fut.result(timeout=left), None, False, 0)
@@ -706,7 +712,7 @@ class Collector:
         done: list[ProbeOutput] = []
         for phase in self._phases(names):
 
-            async def one(spec: ProbeSpec) -> ProbeOutput:
+            async def one(spec: ProbeSpec[object]) -> ProbeOutput:
                 t0 = time.monotonic()
                 fut, _ = self._lane(spec.name).submit(self._body, spec, dict(self.outputs), quick)
                 try:
@@ -717,7 +723,7 @@ class Collector:
                 except Exception as e:
                     return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
-            async def in_turn(specs: list[ProbeSpec]) -> list[ProbeOutput]:
+            async def in_turn(specs: list[ProbeSpec[object]]) -> list[ProbeOutput]:
                 turn = self._turn(specs, quick)
                 if turn is None:
                     return [await one(s) for s in specs]
@@ -755,6 +761,11 @@ class Collector:
                                       lambda: assemble(outputs, str(h.root), when, host_mode=h.mode, host_mode_reason=h.mode_reason, gate=gate))
         probes = tuple(outputs[p.name].status for p in PROBES if p.name in outputs)
         return content.model_copy(update={"taken_at": when, "probes": probes})
+
+    def snapshot_job(self) -> Callable[[], NodeSnapshot]:
+        """``snapshot`` over a private copy of the outputs, to call in a worker thread while
+        the probes go on recording theirs."""
+        return replace(self, outputs=dict(self.outputs)).snapshot
 
     def steady_snapshot(self, taken_at: float | None = None) -> NodeSnapshot | None:
         """``snapshot()`` when its content would be the last assembly's (cheap: no probe's

@@ -106,6 +106,7 @@ def test_a_failure_of_another_command_or_long_after_the_read_is_not_agentds_doin
     assert c.snapshot().backed_off == ()
 
 
+@pytest.mark.tree
 def test_a_limited_pf_is_never_read_and_never_compute(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
     target = os.readlink(root / "sys/class/infiniband/mlx5_5")

@@ -33,7 +33,7 @@ from agentd.judging.checks.common import (
 )
 from agentd.judging.findings import finding, netdev_subject, port_subject
 from agentd.judging.nic_firmware import cc_global, cnp_note, ecn_mixed
-from agentd.model import Finding, Hca, Netdev, NodeSnapshot
+from agentd.model import Finding, Hca, HistoryEntry, Netdev
 
 CNP_COUNTERS = (
     ("np_cnp_sent", "CNP sent"),
@@ -114,7 +114,7 @@ def _pfc(nd: Netdev, prio: int) -> Finding | None:
     )
 
 
-def _pause_storm(inp: CheckInput, window: list[NodeSnapshot], nd: Netdev) -> Finding | None:
+def _pause_storm(inp: CheckInput, window: list[HistoryEntry], nd: Netdev) -> Finding | None:
     if nd.ethtool is None:
         return None
     limit = inp.config.thresholds.pause_storm_per_s
@@ -150,7 +150,7 @@ def _pause_storm(inp: CheckInput, window: list[NodeSnapshot], nd: Netdev) -> Fin
     )
 
 
-def _cnp(inp: CheckInput, window: list[NodeSnapshot]) -> list[Finding]:
+def _cnp(inp: CheckInput, window: list[HistoryEntry]) -> list[Finding]:
     indexes = [port_index(s) for s in window]
     out = []
     for hca, p, _nd in roce_compute_ports(inp):
