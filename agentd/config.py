@@ -103,7 +103,29 @@ class HcaSelection(Section):
         default_factory=list,
         description="Glob patterns of compute HCAs (e.g. 'mlx5_[0-7]'). Empty: the largest group of HCAs with the same model and link layer.",
     )
-    exclude: list[str] = Field(default_factory=list, description="Glob patterns never treated as compute (storage, management, BlueField bonds).")
+    exclude: list[str] = Field(default_factory=list, description="Glob patterns never treated as compute (storage, management, BlueField bonds). An excluded HCA is still read and reported (as a non-compute device); to stop reading a device at all, name it in collect.ignore.")
+
+
+class CollectSettings(Section):
+    """What agentd reads. Unlike hca.exclude, which only keeps an HCA out of the compute
+    role (it is still read, reported and judged as non-compute), collect.ignore stops
+    every read of a device: no reader opens anything of it (RDMA attributes and counters,
+    netdev attributes, ethtool statistics, DCB, PCI config space, AER, hwmon), and the only
+    thing reported about it is the fact collect.device.ignored. NVML is not gated (a GPU is
+    not a NIC)."""
+
+    ignore: list[str] = Field(
+        default_factory=list,
+        description="Glob patterns of devices agentd never reads: RDMA device names ('mlx5_1[01]'), netdev names ('ens5f*') and PCI bus ids ('0000:05:00.*'). A match on any name of a PCI function (its RDMA device, a netdev or its bus id) ignores the function with everything of it. For devices whose reads harm them (Fabric Manager limited PFs log ACCESS_REG failures on every counter read) or hang.",
+    )
+
+    @field_validator("ignore")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.strip() or any(c.isspace() or not c.isprintable() for c in p):
+                raise ValueError(f"{p!r} is not a device name glob (no spaces or control characters)")
+        return v
 
 
 class Intervals(Section):
@@ -147,6 +169,14 @@ def _default_counter_thresholds() -> dict[str, CounterThreshold]:
         "local_ack_timeout_err": CounterThreshold(per_s=1.0, severity="warning"),
         "rnr_nak_retry_err": CounterThreshold(per_s=0.0, severity="critical"),
         "out_of_sequence": CounterThreshold(per_s=100.0, severity="warning"),
+        # AWS EFA port hw_counters (drivers/infiniband/hw/efa/efa_verbs.c port stats):
+        # NVSentinel EFADegradationCheck, aws/eks-node-monitoring-agent efa.go.
+        "rx_drops": CounterThreshold(per_s=100.0, severity="warning"),
+        "rdma_read_wr_err": CounterThreshold(per_s=100.0, severity="warning"),
+        "rdma_write_wr_err": CounterThreshold(per_s=100.0, severity="warning"),
+        "unresponsive_remote_events": CounterThreshold(per_s=1.0, severity="warning"),
+        "impaired_remote_conn_events": CounterThreshold(per_s=1.0, severity="warning"),
+        "retrans_pkts": CounterThreshold(per_s=1000.0, severity="warning"),
     }
 
 
@@ -388,6 +418,7 @@ class AgentConfig(Section):
     expect: Expectations = Field(default_factory=Expectations)
     fabric: FabricSettings = Field(default_factory=FabricSettings)
     hca: HcaSelection = Field(default_factory=HcaSelection)
+    collect: CollectSettings = Field(default_factory=CollectSettings)
     intervals: Intervals = Field(default_factory=Intervals)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     thresholds: Thresholds = Field(default_factory=Thresholds)

@@ -19,6 +19,7 @@ from typing import Iterable, Literal, Mapping, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentd.base.ids import CLASS_BRIDGE_OTHER, CLASS_BRIDGE_PCI, GPU_CLASSES, VENDOR_NVIDIA, pci_class
+from agentd.base.rdma_family import Family, rdma_family
 
 
 class Record(BaseModel):
@@ -207,6 +208,10 @@ class IbPort(Record):
     netdev: str | None = None  # the netdev of this port (RoCE: via gid ndevs / device net/)
     sm_sl: int | None = None  # ports/<n>/sm_sl: the SL the subnet manager uses (IB)
     tclass: TclassOverride | None = None  # None: no tc/<port>/traffic_class (inbox driver) or unread
+    # The netdev whose operstate/carrier gave ``state``/``phys_state`` instead of the port's
+    # own files: an EFA port (the efa driver hard-codes ACTIVE/LinkUp), or a port whose
+    # link reads agentd backed off (agentd.collection.collector.assemble). None: sysfs.
+    state_from: str | None = None
 
     @property
     def is_active(self) -> bool:
@@ -222,7 +227,54 @@ class Hca(Record):
     pci_bus_id: str | None = None
     numa_node: int | None = None
     driver: str | None = None
+    # The bus id of the physical function when this device's PCI function is an SR-IOV
+    # virtual function (its ``physfn`` link); None: a physical function, or not read yet.
+    physfn: str | None = None
     ports: tuple[IbPort, ...] = ()
+
+    @property
+    def family(self) -> Family:
+        """The driver family (agentd.base.rdma_family): how its ports and counters read."""
+        return rdma_family(self.driver, self.name)
+
+    @property
+    def is_vf(self) -> bool:
+        return self.physfn is not None
+
+
+# ---------------------------------------------------------------------------
+# Devices agentd does not read, or reads only in part
+
+
+class IgnoredDevice(Record):
+    """A device ``collect.ignore`` names: no reader opened anything of it."""
+
+    kind: Literal["rdma", "netdev", "pci"]
+    name: str  # the RDMA device or netdev name; the bus id for a PCI function
+    pci_bus_id: str | None = None  # its PCI function, when the class link says
+    pattern: str  # the collect.ignore glob that matched it (or its function)
+
+
+BackOffReads = Literal["firmware", "link"]
+
+
+class BackedOff(Record):
+    """A PCI function whose firmware-backed reads agentd stopped for the rest of the boot
+    (agentd.host.gate). ``firmware``: what the driver answers with a firmware command and
+    agentd can do without: the RDMA counters (``counters/``, ``counters_ext/``,
+    ``hw_counters/``), ``ethtool -S`` statistics, DCB (PFC), the netdev's ECN switches and
+    hwmon sensors; ``link``: those and the port attributes the driver also asks the
+    firmware for (state, phys_state, rate, LIDs, sm_sl), the port's state then taken from
+    its netdev. What the kernel keeps itself is still read: netdev state and carrier, GID
+    tables, the HCA's attributes, PCI attributes."""
+
+    pci_bus_id: str
+    reads: BackOffReads
+    reason: Literal["kernel_log", "limited_pf"]
+    # The kernel log line that showed the failure right after agentd read the device, or
+    # the VPD field that names a Fabric Manager limited PF.
+    evidence: str
+    since: float  # unix time
 
 
 # ---------------------------------------------------------------------------
@@ -518,6 +570,12 @@ class NodeSnapshot(Record):
     versions: SoftwareVersions = SoftwareVersions()
     probes: tuple[ProbeStatus, ...] = ()
     read_errors: tuple[ReadError, ...] = ()
+    # Devices collect.ignore names (nothing of them read), and functions whose
+    # firmware-backed reads were stopped (agentd.host.gate).
+    ignored: tuple[IgnoredDevice, ...] = ()
+    backed_off: tuple[BackedOff, ...] = ()
+    # Netdevs that carry a default route (IPv4 or IPv6): the node's management path.
+    default_routes: tuple[str, ...] = ()
 
     def pci_device(self, bdf: str) -> PciDevice | None:
         for dev in self.pci:
@@ -566,6 +624,9 @@ SNAPSHOT_FIELDS: Mapping[str, SnapshotFieldKind] = {
     "versions": "content",
     "probes": "probes",
     "read_errors": "content",
+    "ignored": "content",
+    "backed_off": "content",
+    "default_routes": "content",
 }
 CONTENT_FIELDS: tuple[str, ...] = tuple(f for f in NodeSnapshot.model_fields if SNAPSHOT_FIELDS.get(f, "content") == "content")
 

@@ -39,6 +39,8 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> JsonObjec
             {
                 "name": h.name,
                 "role": None if roles is None else ("compute" if roles.is_compute(h.name) else "other"),
+                "family": h.family,
+                "physfn": h.physfn,
                 "hca_type": h.hca_type,
                 "fw_ver": h.fw_ver,
                 "board_id": h.board_id,
@@ -49,6 +51,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> JsonObjec
                     {
                         "port": p.port,
                         "state": p.state,
+                        "state_from": p.state_from,
                         "phys_state": p.phys_state,
                         "rate_gbps": p.rate_gbps,
                         "width": p.width,
@@ -83,6 +86,9 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> JsonObjec
         "versions": snap.versions.model_dump(mode="json"),
         "probes": [p.model_dump(mode="json") for p in snap.probes],
         "read_errors": [e.model_dump(mode="json") for e in snap.read_errors],
+        "ignored": [d.model_dump(mode="json") for d in snap.ignored],
+        "backed_off": [b.model_dump(mode="json") for b in snap.backed_off],
+        "default_routes": list(snap.default_routes),
     }
 
 
@@ -160,12 +166,14 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     out.extend(_table(rows) if snap.gpus else ["no GPUs"])
     out.append("")
     mtu = {n.name: n.mtu for n in snap.netdevs}
-    rows = [["HCA", "PORT", "ROLE", "TYPE", "BUS ID", "NUMA", "STATE", "PHYS", "RATE", "WIDTH", "LAYER", "NETDEV", "MTU", "TCLASS"]]
+    rows = [["HCA", "PORT", "ROLE", "FAMILY", "TYPE", "BUS ID", "NUMA", "STATE", "PHYS", "RATE", "WIDTH", "LAYER", "NETDEV", "MTU", "TCLASS"]]
     for h in snap.hcas:
         role = "-" if roles is None else ("compute" if roles.is_compute(h.name) else "other")
+        family = f"{h.family} (VF of {h.physfn})" if h.physfn else h.family
         for p in h.ports:
+            state = f"{p.state} (netdev)" if p.state_from and p.state else _s(p.state)
             rows.append([
-                h.name, str(p.port), role, _s(h.hca_type), _s(h.pci_bus_id), _s(h.numa_node), _s(p.state), _s(p.phys_state),
+                h.name, str(p.port), role, family, _s(h.hca_type), _s(h.pci_bus_id), _s(h.numa_node), state, _s(p.phys_state),
                 f"{p.rate_gbps:g}G" if p.rate_gbps is not None else "-",
                 f"{p.width}X" if p.width else "-", _s(p.link_layer), _s(p.netdev), _s(mtu.get(p.netdev) if p.netdev else None),
                 _tclass(p.tclass),
@@ -185,6 +193,12 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
         rows.append([n.name, _s(n.mtu), _s(n.operstate), _s(n.carrier), _s(n.speed_mbps), _s(n.pci_bus_id), ecn, pfc,
                      "-" if n.pfc is None else _s(n.pfc.trust)])
     out.extend(_table(rows))
+    if snap.ignored or snap.backed_off:
+        out.append("")
+    for ig in snap.ignored:
+        out.append(f"ignored {ig.kind} {ig.name}{f' ({ig.pci_bus_id})' if ig.pci_bus_id and ig.pci_bus_id != ig.name else ''}: collect.ignore {ig.pattern!r}")
+    for b in snap.backed_off:
+        out.append(f"backed off {b.pci_bus_id} ({b.reads}, {b.reason}): {b.evidence}")
     if snap.read_errors:
         out.append("")
         out.append(f"read errors ({len(snap.read_errors)}):")

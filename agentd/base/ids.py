@@ -144,6 +144,7 @@ CLASS_BRIDGE_OTHER = 0x0680  # NVSwitch reports 0x068000
 GPU_CLASSES = frozenset({CLASS_DISPLAY_VGA, CLASS_DISPLAY_3D})
 
 VENDOR_NVIDIA = 0x10DE
+VENDOR_MELLANOX = 0x15B3  # NVIDIA networking (ConnectX, BlueField): whose VPD may name a limited PF
 
 
 def pci_class(class_code: int) -> int:

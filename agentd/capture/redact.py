@@ -95,6 +95,10 @@ H = TypeVar("H", bound=Hashable)  # a value redaction maps (bytes, str, int)
 _KEEP_NAMES = frozenset({"fw_ver", "hw_rev", "board_id", "hca_type", "srcversion", "osrelease", "modalias", "uevent_seqnum"})
 _SERIAL_FILE_RE = re.compile(r"(^|/)dmi/id/[^/]*(serial|asset_tag)$")
 _HEX_ID_FILE_RE = re.compile(r"(^|/)net/[^/]+/phys_(port|switch)_id$")
+# The routing tables (agentd.host.routes reads which netdevs carry a default route):
+# addresses in hex the text pass cannot see; only the default routes are kept, their
+# gateways and sources zeroed.
+_ROUTES_FILE_RE = re.compile(r"(^|/)proc/net/(route|ipv6_route)$")
 _HOSTNAME_FILE_RE = re.compile(r"(^|/)proc/sys/kernel/hostname$")
 _PLACEHOLDERS = frozenset({
     "", "none", "n/a", "na", "0", "00000000", "0123456789", "not specified", "not applicable", "not available",
@@ -180,6 +184,19 @@ def _parse_ipv6(text: str) -> int | None:
     return value
 
 
+def _default_routes_only(data: bytes, *, ipv6: bool) -> bytes:
+    """A routing table with only its default routes, every address in them zeroed."""
+    lines = data.decode("ascii", "replace").splitlines()
+    out = [] if ipv6 else lines[:1]
+    for line in lines if ipv6 else lines[1:]:
+        f = line.split() if ipv6 else line.split("\t")
+        if ipv6 and len(f) == 10 and f[0].strip("0") == "" and f[1] == "00":
+            out.append(" ".join([f[0], f[1], "0" * 32, "00", "0" * 32, *f[5:]]))
+        elif not ipv6 and len(f) >= 8 and f[1].strip() == "00000000" and f[7].strip() == "00000000":
+            out.append("\t".join([f[0], f[1], "00000000", *f[3:]]))
+    return ("\n".join(out) + "\n").encode("ascii")
+
+
 class Redactor:
     """Consistent, keyed replacement of identifying values in the files of one capture.
 
@@ -221,6 +238,8 @@ class Redactor:
             return self._whole(data, self._serial_or_text)
         if _HEX_ID_FILE_RE.search(path):
             return self._whole(data, self._hex_id)
+        if _ROUTES_FILE_RE.search(path):
+            return _default_routes_only(data, ipv6=name == "ipv6_route")
         if name.endswith(".json") and b"\0" not in data:
             out = self._json(data)
             if out is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
@@ -32,17 +33,24 @@ from typing import Generic, Literal, NamedTuple, TypeVar, cast
 
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
+from agentd.collection.backoff import ReadWindow, back_offs
 from agentd.config import AgentConfig
-from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pci, pcie_errors, system, versions
+from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pci, pcie_errors, routes, system, versions
 from agentd.host.fs import HostRoot, JournalEntry, ReadContext, replay
+from agentd.host.gate import DeviceGate, GateState, covers
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
 from agentd.model import (
+    BackedOff,
+    BackOffReads,
     FabricDaemons,
     GdrInfo,
     Gpu,
     Hca,
+    IbPort,
+    IgnoredDevice,
+    KernelEvent,
     KernelLog,
     NcclConf,
     Netdev,
@@ -60,6 +68,9 @@ from agentd.model import (
 Tier = Literal["fast", "medium", "slow"]
 # A journaled probe still runs in full at least this often (seconds), whatever its replays say.
 FULL_READ_EVERY_S = 300.0
+# Firmware-reading probe runs remembered for back-off (agentd.collection.backoff): a few
+# fast cycles' worth of each such probe.
+WINDOWS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class ProbeOutput:
     # The journal's entries a quick check replays (``ProbeSpec.signals``); None: all.
     signals: tuple[JournalEntry, ...] | None = field(default=None, repr=False, compare=False)
     checked_at: float = 0.0  # time.monotonic() of the latest full run or whole-journal replay
+    ignored: tuple[IgnoredDevice, ...] = ()  # devices collect.ignore kept it from reading
 
 
 T = TypeVar("T")
@@ -104,6 +116,10 @@ class ProbeSpec(Generic[T_co]):
     journaled: Callable[[HostRoot], bool] = lambda host: True
     # Which journal entries a quick check replays (None: the whole journal, always).
     signals: Callable[[JournalEntry], bool] | None = None
+    # The level of the firmware-backed reads it makes (agentd.collection.backoff), None:
+    # none; and whether its quick checks (signals only) make them too.
+    firmware: BackOffReads | None = None
+    quick_firmware: bool = False
 
 
 def _signals(files: frozenset[str], listings: Callable[[str], bool]) -> Callable[[JournalEntry], bool]:
@@ -127,9 +143,11 @@ def _files_unless_live(host: HostRoot) -> bool:
     return not host.is_live
 
 
-def _rdma_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[str]:
-    """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something."""
-    return [n.name for n in data_of(outputs, NETDEV) if not n.is_virtual and n.link_layer == "Ethernet"]
+def _rdma_netdevs(outputs: Mapping[str, ProbeOutput], ctx: ReadContext) -> list[str]:
+    """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something;
+    not those of a function agentd backed off from (both are firmware commands on mlx5)."""
+    return [n.name for n in data_of(outputs, NETDEV)
+            if not n.is_virtual and n.link_layer == "Ethernet" and ctx.firmware_ok(n.pci_bus_id)]
 
 
 def _pcie_errors(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> tuple[PciLinkRead, ...]:
@@ -154,10 +172,11 @@ class SystemRead(NamedTuple):
     info: SystemInfo
     nccl_conf: NcclConf | None
     versions: SoftwareVersions
+    default_routes: tuple[str, ...] = ()
 
 
 def _system(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> SystemRead:
-    return SystemRead(system.read_system(ctx), ncclconf.read_nccl_conf(ctx), versions.read_versions(ctx))
+    return SystemRead(system.read_system(ctx), ncclconf.read_nccl_conf(ctx), versions.read_versions(ctx), routes.read_default_routes(ctx))
 
 
 # One InfiniBand read per tier, each with only the parts that tier needs, so every file is
@@ -175,17 +194,20 @@ PCI: ProbeSpec[tuple[PciDevice, ...]] = ProbeSpec("pci", "slow", lambda c, o: pc
 PCI_ERRORS: ProbeSpec[tuple[PciLinkRead, ...]] = ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids"))
 IB: ProbeSpec[tuple[Hca, ...]] = ProbeSpec(
     "ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (),
-    signals=_signals(infiniband.LINK_SIGNALS, lambda p: p.endswith("/" + infiniband.CLASS_IB)))
-IB_COUNTERS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), ())
-IB_GIDS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ())
+    signals=_signals(infiniband.LINK_SIGNALS, lambda p: p.endswith("/" + infiniband.CLASS_IB)), firmware="link", quick_firmware=True)
+IB_COUNTERS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec(
+    "ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), (), firmware="firmware")
+IB_GIDS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec(
+    "ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), (), firmware="link")
 NETDEV: ProbeSpec[tuple[Netdev, ...]] = ProbeSpec(
     "netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
-    signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET)))
+    signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET)), firmware="firmware")
 GDR: ProbeSpec[GdrInfo] = ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo())
 ETHTOOL: ProbeSpec[Mapping[str, dict[str, int]]] = ProbeSpec(
-    "ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live)
+    "ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live,
+    firmware="firmware")
 DCB: ProbeSpec[Mapping[str, PfcConfig]] = ProbeSpec(
-    "dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live)
+    "dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live, firmware="firmware")
 # A stream rather than files: the collector keeps one KernelLogSource for it (no ``fn``).
 KERNEL: ProbeSpec[KernelLog] = ProbeSpec("kernel", "fast", None, KernelLog(asked=False), journaled=lambda host: False)
 NVML: ProbeSpec[NvmlInfo] = ProbeSpec(
@@ -247,6 +269,38 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
     return tuple(merged)
 
 
+# A netdev is up for its port when its operstate is "up", or "unknown" (drivers that do
+# not report one), and it has carrier: NVSentinel's EFAStateCheck rule (its
+# netOperStateIsDown). Anything else is positive evidence the link is down.
+_NETDEV_UP = frozenset(("up", "unknown"))
+
+
+def _link_from_netdev(p: IbPort, nd: Netdev) -> IbPort:
+    up = (nd.operstate or "unknown") in _NETDEV_UP and nd.carrier is not False
+    if up:
+        phys, phys_id = (p.phys_state, p.phys_state_id) if p.phys_state is not None else ("LinkUp", 5)
+        return p.model_copy(update={"state": "ACTIVE", "state_id": 4, "phys_state": phys, "phys_state_id": phys_id, "state_from": nd.name})
+    return p.model_copy(update={"state": "DOWN", "state_id": 1, "phys_state": None, "phys_state_id": None, "state_from": nd.name})
+
+
+def _links_from_netdevs(hcas: tuple[Hca, ...], netdevs: tuple[Netdev, ...], backed: Mapping[str, BackedOff]) -> tuple[Hca, ...]:
+    """Ports whose own state means nothing take it from their netdev: EFA's (the efa driver
+    hard-codes ACTIVE/LinkUp, drivers/infiniband/hw/efa/efa_verbs.c efa_query_port) and
+    those of a function whose link reads agentd backed off from. A port without a netdev
+    keeps what it has (an EFA-only adapter: the driver's constant)."""
+    if not any(h.family == "efa" or covers(backed.get(h.pci_bus_id or ""), "link") for h in hcas):
+        return hcas
+    by_name = {n.name: n for n in netdevs}
+    out = []
+    for h in hcas:
+        if h.family != "efa" and not covers(backed.get(h.pci_bus_id or ""), "link"):
+            out.append(h)
+            continue
+        ports = tuple(_link_from_netdev(p, by_name[p.netdev]) if p.netdev in by_name else p for p in h.ports)
+        out.append(h.model_copy(update={"ports": ports}))
+    return tuple(out)
+
+
 def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], pfc: Mapping[str, PfcConfig]) -> tuple[Netdev, ...]:
     out = []
     for n in nds:
@@ -300,19 +354,26 @@ def _gpus(pci_devs: tuple[PciDevice, ...], hcas: tuple[Hca, ...], nv: NvmlInfo) 
     return tuple(sorted(gpus, key=lambda g: (g.index, g.pci_bus_id)))
 
 
-def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float, *, host_mode: Literal["live", "offline", "simulated"] | None = None, host_mode_reason: str | None = None) -> NodeSnapshot:
+def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float, *, host_mode: Literal["live", "offline", "simulated"] | None = None,
+             host_mode_reason: str | None = None, gate: GateState | None = None) -> NodeSnapshot:
+    """The snapshot of ``outputs``; ``gate``: what agentd.host.gate stopped reading."""
+    backed = gate.backed_off if gate is not None else {}
     pci_devs = _merge_pci(data_of(outputs, PCI), data_of(outputs, PCI_ERRORS))
     pci_numa = {d.bdf: d.numa_node for d in pci_devs}
-    hcas = _merge_hcas(data_of(outputs, IB), data_of(outputs, IB_COUNTERS), data_of(outputs, IB_GIDS), pci_numa)
     netdevs = _merge_netdevs(data_of(outputs, NETDEV), data_of(outputs, ETHTOOL), data_of(outputs, DCB))
+    hcas = _merge_hcas(data_of(outputs, IB), data_of(outputs, IB_COUNTERS), data_of(outputs, IB_GIDS), pci_numa)
+    hcas = _links_from_netdevs(hcas, netdevs, backed)
     nv = data_of(outputs, NVML)
     sysread = data_of(outputs, SYSTEM)
     # Each IB tier lists the same HCA and port directories (and ib, ib_gids both read
     # link_layer): report a bad entry once.
     errors: dict[tuple[str, str], ReadError] = {}
+    ignored: dict[tuple[str, str], IgnoredDevice] = {}
     for o in outputs.values():
         for e in o.errors:
             errors.setdefault((e.path, e.kind), e)
+        for d in o.ignored:
+            ignored.setdefault((d.kind, d.name), d)
     return NodeSnapshot(
         taken_at=taken_at,
         host_root=host_root,
@@ -331,6 +392,9 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         versions=sysread.versions,
         probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
         read_errors=tuple(errors.values()),
+        ignored=tuple(ignored[k] for k in sorted(ignored)),
+        backed_off=tuple(backed[b] for b in sorted(backed)),
+        default_routes=sysread.default_routes,
     )
 
 
@@ -353,6 +417,9 @@ class _Run:
     reused: bool = False
     signals: tuple[JournalEntry, ...] | None = None
     checked_at: float = 0.0
+    ignored: tuple[IgnoredDevice, ...] = ()
+    began: float = 0.0  # unix time the run started (its read window: agentd.collection.backoff)
+    signals_only: bool = False  # a quick check that replayed only the signals
 
 
 def _inputs(spec: ProbeSpec[object], outputs: Mapping[str, ProbeOutput]) -> tuple[object, ...]:
@@ -454,10 +521,17 @@ class Collector:
     # The kernel log's reader: a stream read once (agentd.host.kernel_log). Shared by the
     # copies ``with_config`` and the daemon make, as the lanes are.
     kernel_source: KernelLogSource | None = None
+    # What the readers may open (collect.ignore, firmware back-off): shared likewise.
+    gate: DeviceGate = field(default_factory=DeviceGate)
+    # Recent firmware-reading probe runs, and the newest kernel record already matched
+    # against them (agentd.collection.backoff). Shared by the copies (the same objects).
+    _windows: deque[ReadWindow] = field(default_factory=lambda: deque(maxlen=WINDOWS_KEPT))
+    _backoff_seen: list[int | None] = field(default_factory=lambda: [None])
 
     def __post_init__(self) -> None:
         if self.kernel_source is None:
             self.kernel_source = KernelLogSource(self.host)
+        self.gate.bind(self.host, self.config.collect.ignore)
 
     def _timeout(self, spec: ProbeSpec[object]) -> float:
         return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
@@ -467,8 +541,10 @@ class Collector:
         (only its signals when ``quick`` and the whole was replayed recently), the reader
         in full when that shows a change (or there is none)."""
         journaled = spec.journaled(self.host) and self.host.recorder is None
-        t0, mono = time.perf_counter(), time.monotonic()
-        inputs = _inputs(spec, deps)
+        t0, mono, began = time.perf_counter(), time.monotonic(), time.time()
+        # The gate's state is an input: a device ignored or backed off since the last run
+        # must not be read again by replaying that run's journal.
+        inputs = (*_inputs(spec, deps), self.gate.state)
         if journaled:
             prev = deps.get(spec.name)
             same, signals_only = _reuse(self.host, prev, inputs, mono, self.config.intervals.medium_s if quick else 0.0)
@@ -476,8 +552,9 @@ class Collector:
                 # files_read stays the probe's whole count (a replay reads what the run read;
                 # a quick check reads fewer, and the gauge would saw-tooth with the schedule)
                 return _Run(prev.data, prev.errors, prev.status.files_read, time.perf_counter() - t0, time.time(), prev.journal, inputs,
-                            prev.full_at, reused=True, signals=prev.signals, checked_at=prev.checked_at if signals_only else mono)
-        ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None)
+                            prev.full_at, reused=True, signals=prev.signals, checked_at=prev.checked_at if signals_only else mono,
+                            ignored=prev.ignored, began=began, signals_only=signals_only)
+        ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None, gate=self.gate)
         try:
             data = self._stream(ctx) if spec.fn is None else spec.fn(ctx, deps)
         finally:
@@ -485,7 +562,7 @@ class Collector:
         journal = tuple(ctx.journal) if ctx.journal is not None else None
         signals = tuple(e for e in journal if spec.signals(e)) if journal is not None and spec.signals is not None else None
         return _Run(data, tuple(ctx.errors), ctx.files_read, time.perf_counter() - t0, time.time(), journal, inputs, mono,
-                    signals=signals, checked_at=mono)
+                    signals=signals, checked_at=mono, ignored=tuple(ctx.ignored), began=began)
 
     def _stream(self, ctx: ReadContext) -> KernelLog:
         k = self.config.kernel
@@ -530,8 +607,10 @@ class Collector:
                 errors,
                 ProbeStatus(name=spec.name, ok=True, duration_s=result.duration, finished_at=finished, last_success_at=finished, last_success_mono=mono, files_read=result.files_read),
                 journal=result.journal, inputs=result.inputs, full_at=result.full_at, reused=result.reused,
-                signals=result.signals, checked_at=result.checked_at,
+                signals=result.signals, checked_at=result.checked_at, ignored=result.ignored,
             )
+            if spec.firmware is not None and (spec.quick_firmware or not result.signals_only):
+                self._windows.append(ReadWindow(spec.name, spec.firmware, result.began, finished, self._skipped(spec.firmware)))
         else:
             # The failure itself is on the ProbeStatus (one probe.failed finding); the
             # previous data and its read errors stay, marked stale.
@@ -545,9 +624,45 @@ class Collector:
                     name=spec.name, ok=False, duration_s=waited, finished_at=now, timed_out=timed_out,
                     stale=prev is not None, last_success_at=self._last_ok.get(spec.name), last_success_mono=self._last_ok_mono.get(spec.name), error=detail,
                 ),
+                ignored=prev.ignored if prev is not None else (),
             )
         self.outputs[spec.name] = out
+        if spec.fn is None and result is not None:  # the kernel log
+            self._back_off(out.data)
         return out
+
+    def _skipped(self, reads: BackOffReads) -> frozenset[str]:
+        backed = self.gate.state.backed_off
+        return frozenset(b for b, rec in backed.items() if covers(rec, reads))
+
+    def _read_functions(self) -> frozenset[str]:
+        """The PCI functions agentd reads firmware-backed files of: the HCAs' and the
+        physical netdevs' (as the latest inventory and netdev reads know them)."""
+        hcas = {h.pci_bus_id for h in data_of(self.outputs, IB_GIDS) if h.pci_bus_id}
+        return frozenset(hcas | {n.pci_bus_id for n in data_of(self.outputs, NETDEV) if n.pci_bus_id})
+
+    def _back_off(self, log: object) -> None:
+        """Match the kernel log's new events against the recent read windows; back off
+        from the functions whose firmware failed right after agentd read them."""
+        if not isinstance(log, KernelLog) or not log.available:
+            return
+        seen = self._backoff_seen[0]
+        last = log.last_seq if log.last_seq is not None else -1
+        if seen is not None and last <= seen:
+            return  # nothing new (a steady cycle stops here)
+        self._backoff_seen[0] = max(seen if seen is not None else -1, last)
+        if seen is None and not self.host.is_live:
+            return  # a recorded log's first read: history, stamped when read (agentd.collection.backoff)
+        new: list[KernelEvent] = []
+        for e in reversed(log.events):  # oldest first: the new ones are at the end
+            if seen is not None and e.seq <= seen:
+                break
+            new.append(e)
+        if not new or not self._windows:
+            return
+        new.reverse()
+        for rec in back_offs(new, list(self._windows), self._read_functions(), self.gate.state.backed_off):
+            self.gate.back_off(rec)
 
     def _phases(self, names: Iterable[str]) -> list[list[ProbeSpec[object]]]:
         wanted = [PROBE_BY_NAME[n] for n in names]
@@ -641,7 +756,9 @@ class Collector:
         assembles once); ``taken_at`` and the probe statuses are always this call's."""
         h, outputs = self.host, self.outputs
         when = time.time() if taken_at is None else taken_at
-        content = self._assembled.get(_content_key(outputs), lambda: assemble(outputs, str(h.root), when, host_mode=h.mode, host_mode_reason=h.mode_reason))
+        gate = self.gate.state
+        content = self._assembled.get(_content_key(outputs, gate),
+                                      lambda: assemble(outputs, str(h.root), when, host_mode=h.mode, host_mode_reason=h.mode_reason, gate=gate))
         probes = tuple(outputs[p.name].status for p in PROBES if p.name in outputs)
         return content.model_copy(update={"taken_at": when, "probes": probes})
 
@@ -653,18 +770,19 @@ class Collector:
     def steady_snapshot(self, taken_at: float | None = None) -> NodeSnapshot | None:
         """``snapshot()`` when its content would be the last assembly's (cheap: no probe's
         data or read errors changed), else None (assembling belongs off the event loop)."""
-        return self.snapshot(taken_at) if self._assembled.would_reuse(_content_key(self.outputs)) else None
+        return self.snapshot(taken_at) if self._assembled.would_reuse(_content_key(self.outputs, self.gate.state)) else None
 
     def with_config(self, config: AgentConfig) -> Collector:
-        return replace(self, config=config)
+        return replace(self, config=config)  # the shared gate takes the new collect.ignore
 
 
-def _content_key(outputs: Mapping[str, ProbeOutput]) -> list[object]:
-    """What a snapshot's content is assembled from: every probe's data and read errors."""
-    key: list[object] = []
+def _content_key(outputs: Mapping[str, ProbeOutput], gate: GateState) -> list[object]:
+    """What a snapshot's content is assembled from: every probe's data, read errors and
+    ignored devices, and the gate's state."""
+    key: list[object] = [gate]
     for p in PROBES:
         o = outputs.get(p.name)
-        key += (o.data, o.errors) if o is not None else (None, None)
+        key += (o.data, o.errors, o.ignored) if o is not None else (None, None, None)
     return key
 
 

@@ -33,8 +33,9 @@ from typing import Literal, Protocol, cast
 
 from agentd.base import recorded
 from agentd.base.atomic import read_fd
+from agentd.base.ids import BDF_RE
 from agentd.base.jsontypes import JsonValue
-from agentd.model import ReadError, ReadErrorKind
+from agentd.model import BackOffReads, IgnoredDevice, ReadError, ReadErrorKind
 
 MAX_ATTR_BYTES = 64 * 1024  # sysfs attributes are at most a page; procfs files we read are small
 ESCAPE_DETAIL = "a directory on the path resolves outside the host root"
@@ -58,6 +59,18 @@ class ReadRecorder(Protocol):
     def file(self, path: str, data: bytes) -> None: ...
     def listing(self, path: str, names: list[str]) -> None: ...
     def touched(self, path: str) -> None: ...  # tested, followed or resolved
+
+
+class ReadGate(Protocol):
+    """What a reader may open (agentd.host.gate.DeviceGate): readers ask through
+    ``ReadContext.skip_ignored`` and ``ReadContext.firmware_ok``."""
+
+    @property
+    def ignoring(self) -> bool: ...  # collect.ignore names anything at all
+    def ignore_match(self, ctx: ReadContext, name: str, bdf: str | None) -> str | None: ...
+    def firmware_ok(self, bdf: str | None, reads: BackOffReads) -> bool: ...
+
+
 HOST_MODES: tuple[str, ...] = ("auto", "live", "offline", "simulated")
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 
@@ -373,6 +386,11 @@ class ReadContext:
     errors: list[ReadError] = field(default_factory=list)
     files_read: int = 0
     journal: list[JournalEntry] | None = None
+    # What the readers may open (None: everything; agentd.host.gate.DeviceGate), and the
+    # devices they skipped because collect.ignore names them.
+    gate: ReadGate | None = None
+    ignored: list[IgnoredDevice] = field(default_factory=list)
+    gate_memo: dict[str, str] | None = field(default=None, repr=False)  # the gate's per-context cache
     _root_str: str = field(init=False, repr=False)
     _base: str = field(init=False, repr=False)
     _confined: bool = field(init=False, repr=False)
@@ -662,6 +680,12 @@ class ReadContext:
 
     def readlink_name(self, path: str | os.PathLike[str]) -> str | None:
         """basename of a symlink's target (e.g. the driver name of .../driver); None if no link."""
+        target = self.link_target(path)
+        return os.path.basename(target.rstrip("/")) or None if target is not None else None
+
+    def link_target(self, path: str | os.PathLike[str]) -> str | None:
+        """The target text of a symlink (``sys/class/net/eth0`` ->
+        ``../../devices/pci0000:00/.../net/eth0``), without following it; None if no link."""
         p = self._abs(path)
         try:
             target = self._readlink(p)
@@ -676,7 +700,27 @@ class ReadContext:
             self.journal.append(("readlink", p, target))
         if self._rec is not None:
             self._rec.touched(p)
-        return os.path.basename(target.rstrip("/")) or None
+        return target
+
+    # -- the gate (agentd.host.gate) ---------------------------------------------
+    def skip_ignored(self, kind: Literal["rdma", "netdev", "pci"], name: str, link: str | None = None) -> bool:
+        """True when collect.ignore names this device (its name, or its PCI function's bus
+        id, which ``link``, the class entry, says without following it): it is recorded in
+        ``ignored`` and the reader must open nothing of it. No I/O when nothing is ignored."""
+        gate = self.gate
+        if gate is None or not gate.ignoring:
+            return False
+        bdf = name if kind == "pci" else bdf_in_link(self.link_target(link)) if link is not None else None
+        pattern = gate.ignore_match(self, name, bdf)
+        if pattern is None:
+            return False
+        self.ignored.append(IgnoredDevice(kind=kind, name=name, pci_bus_id=bdf, pattern=pattern))
+        return True
+
+    def firmware_ok(self, bdf: str | None, reads: BackOffReads = "firmware") -> bool:
+        """Whether the firmware-backed files of PCI function ``bdf`` may be read (False once
+        agentd backed off from it: agentd.host.gate). hwmon, counters and the like ask."""
+        return self.gate is None or self.gate.firmware_ok(bdf, reads)
 
     def exists(self, path: str | os.PathLike[str]) -> bool:
         """Whether the path exists, the last component not followed (``os.path.lexists``).
@@ -867,6 +911,19 @@ def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[s
         if out != entry[-1]:
             return False, files
     return True, files
+
+
+def bdf_in_link(target: str | None) -> str | None:
+    """The PCI function a class entry's link target lies under:
+    ``../../devices/pci0000:00/0000:00:01.0/0000:1b:00.0/infiniband/mlx5_0`` -> ``0000:1b:00.0``
+    (the last bus id on the path; an auxiliary device's sits below it). None for a virtual
+    device (``devices/virtual/net/bond0``) or no link."""
+    if not target:
+        return None
+    for part in reversed(target.split("/")[:-1]):
+        if BDF_RE.fullmatch(part.lower()):
+            return part.lower()
+    return None
 
 
 def parse_int(s: str, base: int = 10) -> int | None:

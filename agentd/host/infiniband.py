@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from agentd.base.ids import is_bdf, natural_key
 from agentd.host import ibparse
-from agentd.host.fs import ReadContext, parse_decimal
+from agentd.host.fs import ReadContext, bdf_in_link, parse_decimal
 from agentd.host.netdev import bdf_of_class_path, link_bdf
 from agentd.model import Gid, Hca, IbPort, TclassOverride
 
@@ -66,6 +66,8 @@ def read_infiniband(ctx: ReadContext, parts: Iterable[Part] = PARTS) -> tuple[Hc
         raise ValueError(f"unknown InfiniBand parts: {sorted(want - PARTS)}")
     hcas: list[Hca] = []
     for name in ctx.listdir(CLASS_IB):
+        if ctx.skip_ignored("rdma", name, f"{CLASS_IB}/{name}"):
+            continue  # collect.ignore: nothing of it is opened
         try:
             hca = _read_hca(ctx, name, want)
         except (OSError, ValueError) as e:  # never let one device hide the others
@@ -123,6 +125,14 @@ def _read_hca(ctx: ReadContext, name: str, parts: frozenset[Part]) -> Hca | None
         # renamed at runtime is known by its bus id before the slow tier reads its inventory.
         inventory["pci_bus_id"] = bdf
 
+    # What the firmware answers is read only while the gate allows (agentd.host.gate):
+    # a function agentd backed off from keeps what the kernel itself holds.
+    if parts & {"counters", "link", "qos"}:
+        bdf = bdf_of_class_path(real, "infiniband") or bdf_in_link(ctx.link_target(entry))
+        if "counters" in parts and not ctx.firmware_ok(bdf, "firmware"):
+            parts = parts - {"counters"}
+        if parts & {"link", "qos"} and not ctx.firmware_ok(bdf, "link"):
+            parts = parts - {"link", "qos"}
     netdevs = _PciNetdevs(ctx, device_dir)
     ports = []
     for port, pname in _numbered(ctx.listdir(f"{entry}/ports", required=True)):
@@ -141,12 +151,14 @@ def _read_inventory(ctx: ReadContext, entry: str, real: Path, device_dir: Path |
                 pci = candidate.name.lower()
                 break
 
-    numa_node = driver = None
+    numa_node = driver = physfn = None
     if device_dir is not None:
         numa_node = ctx.integer(device_dir / "numa_node")
         if numa_node is not None and numa_node < 0:
             numa_node = None
         driver = ctx.readlink_name(device_dir / "driver")
+        # An SR-IOV virtual function links to its physical function (drivers/pci/iov.c).
+        physfn = ctx.readlink_name(device_dir / "physfn")
 
     def attr(a: str) -> str | None:
         return ctx.text(f"{entry}/{a}") or None
@@ -159,6 +171,7 @@ def _read_inventory(ctx: ReadContext, entry: str, real: Path, device_dir: Path |
         "pci_bus_id": pci,
         "numa_node": numa_node,
         "driver": driver,
+        "physfn": physfn if physfn is not None and is_bdf(physfn) else None,
     }
 
 

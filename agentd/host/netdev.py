@@ -42,6 +42,8 @@ def link_bdf(ctx: ReadContext, link: str) -> str | None:
 def read_netdevs(ctx: ReadContext, *, ecn: bool = True) -> tuple[Netdev, ...]:
     out: list[Netdev] = []
     for name in ctx.listdir(CLASS_NET, required=True):
+        if ctx.skip_ignored("netdev", name, f"{CLASS_NET}/{name}"):
+            continue  # collect.ignore: nothing of it is opened
         try:
             nd = _read_one(ctx, name, ecn=ecn)
         except (OSError, ValueError) as e:  # never let one interface hide the others
@@ -84,7 +86,9 @@ def _read_one(ctx: ReadContext, name: str, *, ecn: bool) -> Netdev | None:
         is_virtual=is_virtual,
         master=ctx.readlink_name(f"{entry}/master"),
         bond_slaves=tuple(slaves.split()) if slaves else (),
-        ecn=_read_ecn(ctx, f"{entry}/ecn") if ecn else None,
+        # mlx5 answers the ECN switches with a firmware command (QUERY_CONG_STATUS): not
+        # asked of a function agentd backed off from (agentd.host.gate).
+        ecn=_read_ecn(ctx, f"{entry}/ecn") if ecn and (is_virtual or ctx.firmware_ok(pci)) else None,
     )
 
 

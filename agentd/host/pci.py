@@ -204,6 +204,8 @@ def read_pci(ctx: ReadContext) -> tuple[PciDevice, ...]:
         if not BDF_RE.fullmatch(bdf):
             ctx.error(entry, "unparsable", "not a PCI bus id")
             continue
+        if ctx.skip_ignored("pci", bdf):
+            continue  # collect.ignore: not even its config space
         dev_dir = ctx.resolve(entry, required=True)
         if dev_dir is None:
             continue

@@ -131,6 +131,8 @@ def read_pcie_errors(ctx: ReadContext, pci: Iterable[PciDevice], hca_bus_ids: It
     """AER statistics of the watched functions; the current link of the non-GPU ones."""
     out = []
     for bdf, link in watched(pci, hca_bus_ids).items():
+        if ctx.skip_ignored("pci", bdf):
+            continue  # an ignored bridge on a GPU's or HCA's chain
         dev_dir = f"{DEVICES_DIR}/{bdf}"
         aer = read_aer(ctx, dev_dir)
         if not link:

@@ -146,7 +146,8 @@ def baseline_from(snapshot: NodeSnapshot, roles: HcaRoles, node: NodeIdentity | 
 
     Total on any snapshot (``judge`` calls it outside the per-check guard): a GPU whose
     bus id is not one (a simulated source can hand over any text) cannot be found again
-    by it and is left out; such an HCA is recorded by name only."""
+    by it and is left out; such an HCA is recorded by name only. SR-IOV virtual functions
+    are left out (the operator sets how many there are)."""
     return Baseline(
         taken_at=snapshot.taken_at,
         hostname=(node.hostname if node is not None and node.hostname else None) or snapshot.system.hostname,
@@ -168,7 +169,9 @@ def baseline_from(snapshot: NodeSnapshot, roles: HcaRoles, node: NodeIdentity | 
                     for p in sorted(h.ports, key=lambda p: p.port)
                 ),
             )
+            # SR-IOV virtual functions come and go with sriov_numvfs: not inventory
             for h in sorted(snapshot.hcas, key=lambda h: h.name)
+            if not h.is_vf
         ),
     )
 

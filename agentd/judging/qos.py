@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from agentd.config import AgentConfig
+from agentd.judging.nic_firmware import cc_global, ecn_mixed
 from agentd.model import IbPort, NcclConf, Netdev, NodeSnapshot
 
 
@@ -133,7 +134,9 @@ def _priority(nd: Netdev, tc: int, sl: int) -> tuple[str | None, int | None]:
     return None, None
 
 
-def chain(config: AgentConfig, conf: NcclConf | None, hca: str, port: IbPort, nd: Netdev) -> RoceChain:
+def chain(config: AgentConfig, conf: NcclConf | None, hca: str, port: IbPort, nd: Netdev, *, cc_global: bool = False) -> RoceChain:
+    """``cc_global``: the firmware applies congestion control to all priorities alike
+    (agentd.judging.nic_firmware): ECN on a priority is unknown while the switches differ."""
     nccl_tc = nccl_setting(config, conf, "NCCL_IB_TC", 0, 255)
     sl = nccl_setting(config, conf, "NCCL_IB_SL", 0, 15) or Setting(0, "NCCL default")
     override = port.tclass.global_tclass if port.tclass is not None else None
@@ -146,7 +149,7 @@ def chain(config: AgentConfig, conf: NcclConf | None, hca: str, port: IbPort, nd
         tc, source = 0, "NCCL default"
     trust, prio = _priority(nd, tc, sl.value)
     pfc = None if prio is None or nd.pfc is None else prio in nd.pfc.enabled
-    ecn = None if prio is None else _ecn_on(nd, prio)
+    ecn = None if prio is None or (cc_global and ecn_mixed(nd)) else _ecn_on(nd, prio)
     return RoceChain(hca=hca, port=port.port, netdev=nd.name, nccl_tc=nccl_tc, override=override, override_rules=rules,
                      tc=tc, tc_source=source, sl=sl, trust=trust, priority=prio, pfc=pfc, ecn=ecn)
 
@@ -157,6 +160,7 @@ def roce_chains(snapshot: NodeSnapshot, config: AgentConfig, ports: Iterable[tup
     out = []
     for hca, port, nd in ports:
         judged = [s for s in (snapshot.netdev(n) for n in nd.bond_slaves) if s is not None] or [nd]
+        glob = cc_global(snapshot.hca(hca)) is not None
         for target in sorted(judged, key=lambda n: n.name):
-            out.append(chain(config, snapshot.nccl_conf, hca, port, target))
+            out.append(chain(config, snapshot.nccl_conf, hca, port, target, cc_global=glob))
     return out

@@ -8,6 +8,13 @@ largest group; ties go to the group closer to the GPUs, then to the faster one. 
 nodes this is built for (8 compute HCAs of one model beside 1-4 storage/management NICs
 of another) this picks the compute rail without configuration, and a node whose compute
 HCAs are not the majority says so in config.
+
+Never inferred to be compute (``not_compute`` says why): an SR-IOV virtual function (its
+PCI function links to a ``physfn``: VFs belong to guests and containers, and with two VFs
+a PF they would outnumber the PFs, redteam 2026-11 finding 3), a Fabric Manager limited PF
+(NVSwitch management, agentd.host.gate), and an HCA whose netdev (or its bond) carries the
+node's default route (the management NIC, NVSentinel#1529). ``hca.compute`` names
+compute HCAs explicitly and is taken as given.
 """
 
 from __future__ import annotations
@@ -58,6 +65,30 @@ def _best_path(h: Hca, snap: NodeSnapshot) -> int:
     return best
 
 
+def _default_route_netdevs(snap: NodeSnapshot) -> set[str]:
+    """The default route's netdevs, with the slaves of a bond that carries it."""
+    out = set(snap.default_routes)
+    for nd in snap.netdevs:
+        if nd.master in out:
+            out.add(nd.name)
+    return out
+
+
+def not_compute(snap: NodeSnapshot) -> dict[str, str]:
+    """HCA name -> why inference never makes it compute (module docstring)."""
+    lpf = {b.pci_bus_id for b in snap.backed_off if b.reason == "limited_pf"}
+    routed = _default_route_netdevs(snap) if snap.default_routes else set()
+    out: dict[str, str] = {}
+    for h in snap.hcas:
+        if h.physfn is not None:
+            out[h.name] = f"an SR-IOV virtual function of {h.physfn}"
+        elif h.pci_bus_id is not None and h.pci_bus_id in lpf:
+            out[h.name] = "a Fabric Manager limited PF"
+        elif routed and any(p.netdev in routed for p in h.ports):
+            out[h.name] = "it carries the default route"
+    return out
+
+
 def hca_roles(snap: NodeSnapshot, sel: HcaSelection) -> HcaRoles:
     names = [h.name for h in snap.hcas if not _matches(h.name, sel.exclude)]
     source: RolesSource
@@ -65,9 +96,10 @@ def hca_roles(snap: NodeSnapshot, sel: HcaSelection) -> HcaRoles:
         compute = [n for n in names if _matches(n, sel.compute)]
         source = "config"
     else:
+        never = not_compute(snap)
         groups: dict[tuple[str, str], list[Hca]] = {}
         for h in snap.hcas:
-            if h.name in names:
+            if h.name in names and h.name not in never:
                 groups.setdefault((h.hca_type or "?", _link_layer(h)), []).append(h)
         compute = []
         if groups:

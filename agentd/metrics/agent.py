@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentd import __version__
 from agentd.base.expo import Exposition, Family, MetricType
+from agentd.base.ids import bus_id_label
 from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
@@ -37,6 +38,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_probe_stale_limit_seconds", G, "Age after which the probe's data counts as stale.", ("probe",)),
     Family("agentd_probe_read_errors", G, "Read errors (missing, unreadable, unparsable files) in the probe's latest data.", ("probe",)),
     Family("agentd_probe_files_read", G, "Files the probe's latest successful run read.", ("probe",)),
+    Family("agentd_collect_backed_off_info", G, "One series (value 1) per PCI function whose firmware-backed reads agentd stopped for this boot (collect.device.backed_off): reads firmware (counters, statistics, DCB, ECN, hwmon) or link (also port state), reason kernel_log (a command failure right after agentd read it) or limited_pf (a Fabric Manager limited PF). None on a node where nothing backed off.", ("pci_bus_id", "reads", "reason")),
     Family("agentd_collection_duration_seconds", G, "Wall time of the latest collection of the tier (probes, checks, renders, writes).", ("tier",)),
     Family("agentd_collection_cpu_seconds", G, "CPU time of the agentd process during the latest collection of the tier.", ("tier",)),
     Family("agentd_last_collection_timestamp_seconds", G, "Unix time the latest collection of the tier finished.", ("tier",)),
@@ -130,6 +132,8 @@ def render(x: Exposition, s: MetricsSource) -> None:
             x.add("agentd_probe_read_errors", lab, errors.get(p.name, 0))
             if p.ok:
                 x.add("agentd_probe_files_read", lab, p.files_read)
+        for b in snap.backed_off:
+            x.add("agentd_collect_backed_off_info", (bus_id_label(b.pci_bus_id), b.reads, b.reason), 1)
     for t in s.tiers:
         x.add("agentd_collection_duration_seconds", (t.tier,), t.duration_s)
         x.add("agentd_collection_cpu_seconds", (t.tier,), t.cpu_s)

@@ -32,6 +32,8 @@ from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Subject
 from agentd.nccl.envmodel import EnvVar, NcclEnv, Source, clean_comment
 
 USABLE_LINK_LAYERS = ("InfiniBand", "Ethernet")
+# RDMA families NCCL uses only through a net plugin (agentd.base.rdma_family).
+PLUGIN_FAMILIES = frozenset({"efa"})
 NOT_SET_BY_DEFAULT = ("NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_ALGO", "NCCL_PROTO")
 _SH_SAFE = re.compile(r"[A-Za-z0-9_.,:/@%+-]+")
 
@@ -99,7 +101,14 @@ def derive_env(
 
     healthy, left_out = port_verdicts(snapshot, findings, roles)
     tail = f"; left out: {', '.join(left_out)}" if left_out else ""
-    if healthy:
+    plugin_only = [h for n in roles.compute if (h := snapshot.hca(n)) is not None and h.family in PLUGIN_FAMILIES]
+    if plugin_only and len(plugin_only) == len(roles.compute):
+        # NCCL's own IB transport cannot drive them (EFA has no RC QPs): NCCL reaches them
+        # through its net plugin (aws-ofi-nccl with libfabric's efa provider), which picks
+        # its devices itself. An NCCL_IB_HCA would steer nothing, or the wrong devices.
+        env = env.with_omitted("NCCL_IB_HCA", f"the compute devices are {plugin_only[0].family.upper()} "
+                               "(NCCL reaches them through its net plugin, not its IB transport): it does not apply")
+    elif healthy:
         prov = f"measured: ACTIVE compute ports without critical findings ({roles.source} HCA roles){tail}"
         env = _set(env, "NCCL_IB_HCA", "=" + ",".join(healthy), "measured", prov, known_hcas)
     elif roles.compute:

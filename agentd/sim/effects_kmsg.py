@@ -16,7 +16,8 @@ Sources:
 - Xid 63: stas00/ml-engineering @ 62d4359e4849, compute/accelerator/nvidia/debug.md.
 - Xid 119: leptonai/gpud @ 4a8de33a3f02, components/accelerator/nvidia/xid/testdata/dmesg-with-xid-119.log.
 - The three-line off-bus message (one record): NVIDIA/NVSentinel issue 155.
-- mlx5 command timeout: NVIDIA/NVSentinel tests/syslog_health_monitor_test.go.
+- mlx5 command timeout, ACCESS_REG failure: NVIDIA/NVSentinel tests/syslog_health_monitor_test.go
+  (the failure every counter read of a Fabric Manager limited PF logs: prometheus/node_exporter#3434).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ OFF_BUS_MULTILINE = (
     "NVRM: fallen off the bus and is not responding to commands."
 )
 MLX5_CMD_TIMEOUT = "mlx5_core {bdf}: wait_func:964:(pid 112): ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource"
+MLX5_ACCESS_REG_FAILED = ("mlx5_core {bdf}: mlx5_cmd_out_err:838:(pid {pid}): ACCESS_REG(0x805) op_mod(0x1) failed, "
+                          "status bad operation(0x2), syndrome (0x305684), err(-22)")
 _SEQ_USEC = re.compile(rb"^\d+,(\d+),(\d+)", re.M)
 PID = 2924364
 
@@ -102,6 +105,11 @@ def off_bus_multiline_apply(ctx: Ctx, t: Target, v: FaultValue) -> None:
 def mlx5_cmd_timeout_apply(ctx: Ctx, t: Target, v: FaultValue) -> None:
     bdf = t.hca.bdf if t.hca is not None else t.bdf
     append(ctx, [(4, MLX5_CMD_TIMEOUT.format(bdf=bdf))] * int(v))
+
+
+def mlx5_access_reg_apply(ctx: Ctx, t: Target, v: FaultValue) -> None:
+    bdf = t.hca.bdf if t.hca is not None else t.bdf
+    append(ctx, [(4, MLX5_ACCESS_REG_FAILED.format(bdf=bdf, pid=PID))] * int(v))
 
 
 def nothing_to_restore(ctx: Ctx, t: Target, v: FaultValue) -> list[Restorable]:

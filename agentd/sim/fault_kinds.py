@@ -185,6 +185,8 @@ _KINDS = [
          K.off_bus_multiline_apply, K.nothing_to_restore, advancing=K.the_log),
     Kind("mlx5_cmd_timeout", "nic", "dev/kmsg gets VALUE (default 5) mlx5_core firmware command timeouts ('wait_func ... ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource') for the HCA (log only grows, as xid)",
          K.mlx5_cmd_timeout_apply, K.nothing_to_restore, _int(1, 10000), _const(5), "N timeouts", K.the_log),
+    Kind("mlx5_access_reg", "nic", "dev/kmsg gets VALUE (default 2) mlx5_core 'mlx5_cmd_out_err ... ACCESS_REG(0x805) op_mod(0x1) failed, status bad operation(0x2)' lines for the HCA: what a Fabric Manager limited PF logs for every counter read (log only grows, as xid)",
+         K.mlx5_access_reg_apply, K.nothing_to_restore, _int(1, 10000), _const(2), "N failures", K.the_log),
 ]
 
 KINDS: dict[str, Kind] = {k.name: k for k in _KINDS}

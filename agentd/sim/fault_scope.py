@@ -120,6 +120,7 @@ SCOPES: dict[str, Scope] = {
     "xid": Scope(ANY, "gpu.xid", "critical", "XID 79; application XIDs 13, 43 are only counted"),
     "fell_off_bus_multiline": Scope(ANY, "gpu.off_bus", "critical"),
     "mlx5_cmd_timeout": Scope(ANY, "hca.firmware", "warning"),
+    "mlx5_access_reg": Scope(ANY, "collect.device.backed_off", "ok", "a fact: the HCA's firmware-backed reads stop for the boot"),
 }
 _DEFAULT = Scope(ANY, "?", "?", "see docs/fault-matrix.md")
 

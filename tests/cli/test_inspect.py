@@ -131,6 +131,7 @@ FAULTS = {
     "xid": ("h100-ib", lambda d: [(e["kind"], e["code"], e["device"]) for e in d["kernel"]["events"]] == [("xid", "79", gpu0(d)["pci_bus_id"])]),
     "fell_off_bus_multiline": ("h100-ib", lambda d: [(e["kind"], e["device"]) for e in d["kernel"]["events"]] == [("gpu_off_bus", gpu0(d)["pci_bus_id"])]),
     "mlx5_cmd_timeout": ("h100-ib", lambda d: [c["count"] for c in d["kernel"]["counts"] if c["code"] == "cmd_timeout"] == [5]),
+    "mlx5_access_reg": ("h100-ib", lambda d: [c["count"] for c in d["kernel"]["counts"] if c["code"] == "cmd_failed"] == [2]),
     "fabric_status": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["fabric_status"] == "Insufficient Resources"),
     "fabric_unassigned": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["fabric_clique_id"] == 0),
     "fabric_health": ("gb200-nvl", lambda d: d["nvml"]["gpus"][0]["fabric_health"]["route_unhealthy"] is True),
@@ -155,7 +156,7 @@ VOLATILE = ("taken_at", "probes")
 # rate over time clears the finding, which the daemon tests cover).
 COUNTER_FAULTS = {"roce_lossy_traffic", "flapping", "nvlink_errors", "pause_storm", "aer_uncorrectable", "aer_correctable", "pcie_replay"}
 # Faults that print to the kernel log: a log only grows, clearing leaves the lines.
-LOG_FAULTS = {"xid", "fell_off_bus_multiline", "mlx5_cmd_timeout"}
+LOG_FAULTS = {"xid", "fell_off_bus_multiline", "mlx5_cmd_timeout", "mlx5_access_reg"}
 
 
 def comparable(doc: dict) -> dict:

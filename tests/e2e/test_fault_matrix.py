@@ -160,6 +160,9 @@ CASES: dict[str, Case] = {
                                    area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="hold passed", note="no Xid line: the three-line off-bus record alone"),
     "mlx5_cmd_timeout": Case(("kernel_events_total{mlx5,cmd_timeout,mlx5_2} +5", _rose("agentd_kernel_events_total", 5, kind="mlx5", code="cmd_timeout", device="mlx5_2")),
                              area_recovers=False, extra_wait_s=KERNEL_WINDOW_S, recovery="window passed", note="repeated timeouts within kernel.window_s; one alone is no finding"),
+    "mlx5_access_reg": Case(("collect_backed_off_info{49:00.0,firmware} 1", _eq("agentd_collect_backed_off_info", 1, pci_bus_id="00000000:49:00.0", reads="firmware", reason="kernel_log")),
+                            area_recovers=False, recovery="the fact stays for the boot",
+                            note="the failure follows agentd's counter read of mlx5_2: its firmware-backed reads stop for the boot (issue 36)"),
     # issue 16: the NVLink fabric (gb200-nvl unless said; fm_down on h100-ib)
     "fabric_status": Case(("gpu_fabric_info{completed,Insufficient Resources} 1", _eq("agentd_gpu_fabric_info", 1, gpu="1", state="completed", status="Insufficient Resources"))),
     "fabric_unassigned": Case(("nvlink_domain_info{health=unhealthy} 1", _eq("agentd_nvlink_domain_info", 1, health="unhealthy"))),

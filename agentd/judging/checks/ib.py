@@ -20,6 +20,17 @@ and missing from the count.
 Expectations: rate and width from config (``expect.rate_gbps``/``expect.width``, compute
 ports only), else inferred as the best value among the ACTIVE ports of the same role,
 HCA model and link layer.
+
+Evidence before a critical (NVSentinel#1361, #1462): a compute port that is not ACTIVE
+and was never seen ACTIVE (not in the baseline, not in the history) is critical only when
+a peer, a compute port of the same HCA model and link layer, is ACTIVE: an unprovisioned
+port on a shape whose other ports are also down is not a node fault on that evidence, and
+is a warning that says so (``expect.hca_ports`` still counts it).
+
+A port of an SR-IOV virtual function is never a node fault: its state follows what the
+subnet manager gives the VF (INIT until it assigns a vGUID) and the guest that uses it;
+it is reported with severity ok. A port whose link reads agentd backed off from
+(agentd.host.gate) and that has no netdev to take its state from is not judged.
 """
 
 from __future__ import annotations
@@ -44,6 +55,8 @@ _HINT_STATE = {
     "ARMED": "the subnet manager has not finished activating the port: check the SM (opensm/UFM) and its logs",
 }
 _HINT_DOWN = "check the cable, transceiver and switch port (`ibstat {hca} {port}`, `mlxlink -d {hca} -p {port}`)"
+_HINT_NETDEV = ("the port's state is its netdev's ({nd}: operstate and carrier; {hca}'s own port state does not tell): "
+                "`ip link show {nd}`; check the adapter's attachment (cloud console) or cable and switch port")
 
 
 def _norm(text: str | None) -> str:
@@ -51,6 +64,8 @@ def _norm(text: str | None) -> str:
 
 
 def _down_hint(h: Hca, p: IbPort) -> str:
+    if p.state_from is not None:
+        return _HINT_NETDEV.format(nd=p.state_from, hca=h.name)
     if p.link_layer == "Ethernet":
         return _HINT_ETH_DOWN.format(nd=p.netdev or "<netdev>")
     hint = _HINT_PHYS.get(_norm(p.phys_state)) or _HINT_STATE.get(p.state or "") or _HINT_DOWN
@@ -110,16 +125,35 @@ def _seen_active(inp: CheckInput, hca: str, port: int) -> bool:
     return False
 
 
+def _peers_up(snap: NodeSnapshot, roles: HcaRoles, h: Hca, p: IbPort) -> int:
+    """ACTIVE compute ports of the same HCA model and link layer (other than ``p``)."""
+    return sum(1 for o in snap.hcas if roles.is_compute(o.name) and o.hca_type == h.hca_type
+               for q in o.ports if q.is_active and q.link_layer == p.link_layer and (o.name, q.port) != (h.name, p.port))
+
+
 def _not_active(inp: CheckInput, roles: HcaRoles, h: Hca, p: IbPort) -> Finding:
-    compute = roles.is_compute(h.name)
-    sev: Severity = "critical" if compute else ("warning" if _seen_active(inp, h.name, p.port) else "ok")
+    compute = roles.is_compute(h.name) and not h.is_vf
+    seen = _seen_active(inp, h.name, p.port)
+    note = ""
+    if h.is_vf:
+        sev: Severity = "ok"
+        note = f" (an SR-IOV virtual function of {h.physfn}: its state is the subnet manager's and its guest's, not a node fault)"
+    elif compute and not seen:
+        peers = _peers_up(inp.snapshot, roles, h, p)
+        sev = "critical" if peers else "warning"
+        note = (f" (never seen ACTIVE; {peers} compute {h.hca_type or '?'} port(s) of its kind are)" if peers else
+                f" (never seen ACTIVE, and no other compute {h.hca_type or '?'} {p.link_layer or ''} port is ACTIVE: no evidence "
+                "it is provisioned, so not critical on its own; set expect.hca_ports to require it)")
+    else:
+        sev = "critical" if compute else ("warning" if seen else "ok")
+        note = "" if sev != "ok" else " (never seen ACTIVE: reported, not judged)"
     phys = f", phys_state {p.phys_state}" if p.phys_state else ""
-    note = "" if sev != "ok" else " (never seen ACTIVE: reported, not judged)"
+    via = f" (from its netdev {p.state_from})" if p.state_from else ""
     return finding(
         "ib.port.down",
         sev,
         port_subject(h.name, p.port),
-        f"{_role(roles, h.name)} port state {p.state}{phys}, expected ACTIVE{note}",
+        f"{_role(roles, h.name)} port state {p.state}{phys}{via}, expected ACTIVE{note}",
         _down_hint(h, p),
         measured=p.state,
         expected="ACTIVE",
@@ -198,8 +232,11 @@ def check_ports(inp: CheckInput) -> list[Finding]:
     not_active: list[str] = []
     past = earlier(inp.history, snap.taken_at)
     previous = past[-1] if past else None
+    link_off = {b.pci_bus_id for b in snap.backed_off if b.reads == "link"}
     for h in snap.hcas:
         for p in h.ports:
+            if p.state is None and h.pci_bus_id in link_off:
+                continue  # not read on purpose: collect.device.backed_off says why
             if p.state is None:
                 repeated = _state_unread(previous, h.name, p.port)
                 out.append(_unreadable(roles, h, p, repeated))

@@ -37,6 +37,13 @@ _HINTS = {
     "local_ack_timeout_err": "RDMA transport retries timed out: a peer is unreachable or the fabric drops packets",
     "rnr_nak_retry_err": "receiver-not-ready retries exhausted: a peer application stopped posting receives, or a peer node is stuck",
     "out_of_sequence": "packets arrived out of sequence (loss and retransmission): look for drops in the fabric",
+    # AWS EFA (SRD): the fabric is the cloud's; the adapter and its peers are what a node can act on
+    "rx_drops": "EFA dropped received packets: check the instance's EFA driver and that no peer floods it",
+    "rdma_read_wr_err": "EFA RDMA read work requests failed: a peer is unreachable or its memory registration is gone",
+    "rdma_write_wr_err": "EFA RDMA write work requests failed: a peer is unreachable or its memory registration is gone",
+    "unresponsive_remote_events": "EFA SRD peers stopped answering: find the peer instance (its EFA, its health)",
+    "impaired_remote_conn_events": "EFA SRD connections entered the impaired state (reduced rate): check the peers and the placement group",
+    "retrans_pkts": "EFA SRD retransmits: packet loss on the path; check the placement group and peers",
 }
 _HINT_DEFAULT = "check the link and the fabric: " + _CABLE
 # hw_counters entries that are settings, not counters (mlx5 "lifespan": the update period, ms)

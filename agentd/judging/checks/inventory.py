@@ -137,7 +137,11 @@ def check_inventory(inp: CheckInput) -> list[Finding]:
             f"GPU {bg.pci_bus_id} (gpu{bg.index}{', ' + bg.name if bg.name else ''}) is in the baseline "
             f"but not on the node now, by bus id or UUID ({found} of {len(base.gpus)} baseline GPUs found){note}",
             _GPU_HINT, measured="absent", expected="present"))
+    # collect.ignore: what agentd does not read is not missing (collect.device.ignored says so)
+    ignored = {d.name for d in snap.ignored if d.kind == "rdma"} | {d.pci_bus_id for d in snap.ignored if d.pci_bus_id}
     for bh in base.hcas:
+        if bh.name in ignored or (bh.pci_bus_id is not None and bh.pci_bus_id in ignored):
+            continue
         h = _find_hca(snap, bh)
         if isinstance(h, ReadError):
             continue

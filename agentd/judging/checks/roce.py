@@ -11,7 +11,12 @@ ECN and DCB settings):
   can stall the fabric with no drop counter moving (NVIDIA/daqiri#250). Measured over the
   short rate window (60 s), so the finding clears within a minute after the storm ends.
 - ``roce.cnp.rate`` (ok): CNP sent/handled and ECN-marked packet rates from the port's
-  hw_counters, when any is nonzero: congestion control at work, for the record.
+  hw_counters, when any is nonzero: congestion control at work, for the record. On
+  firmware whose CNP counters stop in Programmable CC mode the message says so.
+- ``roce.ecn.not_uniform`` (warning, when ``roce.require_ecn``): on firmware that applies
+  congestion control to all priorities alike (agentd.judging.nic_firmware.cc_global), the
+  ECN switches differ across priorities, so what the NIC does for ``roce.priority`` is not
+  what its switch says; ``roce.ecn.disabled`` is then not judged (it is when they agree).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from agentd.judging.checks.common import (
     roce_compute_ports,
 )
 from agentd.judging.findings import finding, netdev_subject, port_subject
-from agentd.model import Finding, HistoryEntry, Netdev
+from agentd.judging.nic_firmware import cc_global, cnp_note, ecn_mixed
+from agentd.model import Finding, Hca, HistoryEntry, Netdev
 
 CNP_COUNTERS = (
     ("np_cnp_sent", "CNP sent"),
@@ -36,20 +42,44 @@ CNP_COUNTERS = (
 )
 
 
-def _judged_netdevs(inp: CheckInput) -> list[Netdev]:
-    out: dict[str, Netdev] = {}
-    for _, _, nd in roce_compute_ports(inp):
-        out.setdefault(nd.name, nd)
+def _judged_netdevs(inp: CheckInput) -> list[tuple[Netdev, Hca | None]]:
+    out: dict[str, tuple[Netdev, Hca | None]] = {}
+    for hca, _, nd in roce_compute_ports(inp):
+        h = inp.snapshot.hca(hca)
+        out.setdefault(nd.name, (nd, h))
         for slave in nd.bond_slaves:
             s = inp.snapshot.netdev(slave)
             if s is not None:
-                out.setdefault(s.name, s)
+                out.setdefault(s.name, (s, h))
     return [out[n] for n in sorted(out)]
 
 
-def _ecn(nd: Netdev, prio: int) -> Finding | None:
+def _ecn_global(nd: Netdev, prio: int, why: str) -> Finding | None:
+    mixed = ecn_mixed(nd)
+    if not mixed:
+        return None
+    shown = "; ".join(f"roce_{side} on for {','.join(map(str, on))}, off for {','.join(map(str, off))}"
+                      for side, (on, off) in mixed.items())
+    return finding(
+        "roce.ecn.not_uniform",
+        "warning",
+        netdev_subject(nd.name),
+        f"ECN switches differ across priorities ({shown}) but {why}: what the NIC does for priority {prio} is not what "
+        f"its switch says (roce.ecn.disabled is not judged)",
+        f"set the same value on every priority, as the release notes advise: `for p in 0 1 2 3 4 5 6 7; do echo 1 > "
+        f"/sys/class/net/{nd.name}/ecn/roce_np/enable/$p; echo 1 > /sys/class/net/{nd.name}/ecn/roce_rp/enable/$p; done`, "
+        "or mlxconfig ROCE_CC_PRIO_MASK_P1=255",
+        measured=shown,
+        expected="the same on every priority",
+    )
+
+
+def _ecn(nd: Netdev, prio: int, hca: Hca | None = None) -> Finding | None:
     if nd.ecn is None:
         return None
+    why = cc_global(hca)
+    if why is not None and ecn_mixed(nd):
+        return _ecn_global(nd, prio, why)
     state = {side: table.get(prio) for side, table in (("np", nd.ecn.np), ("rp", nd.ecn.rp))}
     off = [side for side, on in state.items() if on is False]
     if not off:
@@ -136,19 +166,21 @@ def _cnp(inp: CheckInput, window: list[HistoryEntry]) -> list[Finding]:
             if rate:
                 parts.append(f"{label} {fmt(rate)}/s")
         if parts:
+            note = cnp_note(inp.snapshot.hca(hca))
             out.append(finding("roce.cnp.rate", "ok", port_subject(hca, p.port),
-                               "congestion notification: " + ", ".join(parts), measured=", ".join(parts)))
+                               "congestion notification: " + ", ".join(parts) + (f" ({note})" if note else ""),
+                               measured=", ".join(parts)))
     return out
 
 
 def check_roce(inp: CheckInput) -> list[Finding]:
-    """roce.ecn.disabled, roce.pfc.disabled, roce.pfc.pause_storm, roce.cnp.rate."""
+    """roce.ecn.disabled, roce.ecn.not_uniform, roce.pfc.disabled, roce.pfc.pause_storm, roce.cnp.rate."""
     cfg = inp.config.roce
     window = changes(in_window(inp.history, inp.snapshot.taken_at, inp.config.thresholds.short_rate_window_s), lambda s: s.netdevs, lambda s: s.hcas)
     out: list[Finding] = []
-    for nd in _judged_netdevs(inp):
+    for nd, hca in _judged_netdevs(inp):
         for f in (
-            _ecn(nd, cfg.priority) if cfg.require_ecn else None,
+            _ecn(nd, cfg.priority, hca) if cfg.require_ecn else None,
             _pfc(nd, cfg.priority) if cfg.require_pfc else None,
             _pause_storm(inp, window, nd) if window else None,
         ):
