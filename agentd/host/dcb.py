@@ -142,7 +142,8 @@ def parse_ieee_get(payload: bytes) -> PfcConfig | None:
         # and removes them otherwise. Their absence does not prove PCP trust (VFs never
         # install them), so it stays unknown.
         trust = "dscp" if dscp2prio else None
-    return PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=trust, source="dcbnl", dscp2prio=dict(sorted(dscp2prio.items())))
+    return PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=trust, source="dcbnl",
+                     dscp2prio=dict(sorted(dscp2prio.items())), apptrust=trust_table is not None)
 
 
 def _dscp_apps(table: bytes) -> dict[int, int]:

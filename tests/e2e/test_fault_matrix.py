@@ -120,6 +120,7 @@ CASES: dict[str, Case] = {
     "pfc_off": Case(("roce_pfc_enabled{prio 3} 0", _eq("agentd_roce_pfc_enabled", 0, **ROCE0)), leaves="mlx5_0:1"),
     "pause_storm": Case(("pfc_pause_frames_total +1e7", _rose("agentd_roce_pfc_pause_frames_total", 10**7, direction="received", **ROCE0)),
                         leaves="mlx5_0:1", reset_counters=True, recovery="counters reset", note="60 s rate window: recovered after the ethtool counters reset"),
+    "pause_on": Case(("netdev_pause_enabled{rx} 1", _eq("agentd_netdev_pause_enabled", 1, netdev="ens1np0", direction="rx"))),
     "nvlink_down": Case(("nvlink_state 0", _eq("agentd_nvlink_state", 0, link="0", **GPU0))),
     "nvlink_errors": Case(("nvlink_errors_total{crc_flit} +1000", _rose("agentd_nvlink_errors_total", 1000, type="crc_flit", **GPU0)),
                           reset_counters=True, recovery="counters reset", note="600 s rate window: recovered after the NVLink counters reset"),

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from agentd.judging.checks import (
+    drift,
     fabric,
     gdr,
     ib,
@@ -58,6 +59,7 @@ CHECKS: tuple[Check, ...] = (
     inventory.check_inventory,
     probes.check_probes,
     versions.check_versions,
+    drift.check_config_drift,
 )
 
 
