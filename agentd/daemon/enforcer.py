@@ -39,7 +39,6 @@ from agentd.outputs.history_store import node_now
 from agentd.records import EnforceKnob, EnforceStatus
 
 IDLE_S = 60.0  # how often a daemon not in mode apply looks again (a reload may change it)
-STEP_S = 5.0  # how often a daemon in mode apply looks at the latest State
 
 
 class EnforcerHost(Protocol):
@@ -143,7 +142,8 @@ class Enforcer:
     async def run_forever(self, daemon: EnforcerHost) -> None:
         while True:
             cfg = daemon.config.enforce
-            await asyncio.sleep(STEP_S if cfg.mode == "apply" and cfg.knobs else IDLE_S)
+            # in mode apply it looks at each fast tier's State (a few dict lookups when nothing drifts)
+            await asyncio.sleep(daemon.config.intervals.fast_s if cfg.mode == "apply" and cfg.knobs else IDLE_S)
             try:
                 await self.step(daemon)
             except asyncio.CancelledError:
