@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, *, config: AgentConfig, host: HostRoot, state_
             results, left = s.apply_all(knobs)
             return _report(args, "apply", recovered + results, left, s)
         results = s.rollback(knobs)
-        return _report(args, "rollback", results, None, s)
+        return _report(args, "rollback", recovered + results, None, s)
 
 
 def _report(args: argparse.Namespace, cmd: str, results: Sequence[Result], left: Plan | None, s: Session) -> int:

@@ -254,8 +254,8 @@ class Session:
     # -- putting prior values back ---------------------------------------------------------
     def rollback(self, knobs: Iterable[str]) -> list[Result]:
         """Restore the prior value of every outstanding entry of ``knobs`` (the oldest
-        entry's of each setting), newest setting first."""
-        results = self.recover()
+        entry's of each setting), newest setting first. (``recover`` first: the caller.)"""
+        results: list[Result] = []
         groups: dict[str, list[Entry]] = {}
         for e in self.journal.outstanding(knobs):
             groups.setdefault(e.key, []).append(e)
