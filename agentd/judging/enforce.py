@@ -268,6 +268,7 @@ class _Ctx:
     roles: HcaRoles
     knobs: tuple[Knob, ...]
     offline: bool
+    memo: dict[str, object] = field(default_factory=dict)  # _links, computed once per plan
 
     def blocked(self, *why: str | None) -> str | None:
         if self.offline:
@@ -386,6 +387,13 @@ def _wants_dscp(c: RoceChain) -> bool:
 
 
 def _links(ctx: _Ctx) -> list[_Link]:
+    got = ctx.memo.get("links")
+    if got is None:
+        got = ctx.memo["links"] = _make_links(ctx)
+    return got  # type: ignore[return-value]  # what _make_links returned
+
+
+def _make_links(ctx: _Ctx) -> list[_Link]:
     snap, config = ctx.snap, ctx.config
     out = []
     ports = [(h, p, nd) for h, p, nd in roce_compute_ports(CheckInput(snap, (), config, roles=ctx.roles))]
