@@ -135,3 +135,28 @@ def test_drift_is_fixed_only_in_a_window(fault, matrix):
     assert (last["state"], last["by"]) == ("applied", "daemon") and last["before"] != last["desired"]
     row["journal"] = f"applied by daemon, before `{json.dumps(last['before'])}`"
     sim.clear_fault(a.root, spec)  # the registry follows: the files are the profile's already
+
+
+@pytest.mark.parametrize("window", ["boot_grace", "idle_gpus"])
+def test_the_other_windows(window, tmp_path):
+    """Boot grace before the first healthy collection, and (opt-in) idle GPUs, open the
+    window too: the node is not in maintenance and the daemon fixes the drift."""
+    from tests.support.daemon_harness import Agent, config_text
+
+    extra = '[enforce]\nmode = "apply"\nknobs = ["pfc"]\ninterval_s = 1\n'
+    if window == "boot_grace":
+        extra += "when_gpus_idle = false\n[lifecycle]\nboot_grace_s = 3600\n"
+    else:
+        extra += "when_gpus_idle = true\n"
+    with Agent(tmp_path, profile="h100-roce", config=config_text(out=tmp_path / "node", extra=extra), faults=("pfc_off",)) as a:
+        if window == "boot_grace":
+            # booted three days ago (the simulator's default): no window; drift only reported
+            assert poll(lambda: ("config.drift", "pfc@ens1np0") in _codes(a), REACT_S), a.logs()
+            time.sleep(QUIET_S)
+            assert ("config.drift", "pfc@ens1np0") in _codes(a) and sample(a.metrics(), "agentd_enforce_window_open") == 0
+            sim.set_boot_time(a.root, time.time() - 60)  # a node up for a minute, never healthy since
+        fixed = poll(lambda: sample(a.metrics(), "agentd_enforce_applies_total", knob="pfc") == 1, REACT_S)
+        assert fixed, a.logs()
+        assert not {("config.drift", "pfc@ens1np0"), ("roce.pfc.disabled", "ens1np0")} & _codes(a)
+        assert a.health()[1]["status"] != "maintenance"
+        assert ("boot grace" if window == "boot_grace" else "no process holds a GPU") in a.events_since(0, "enforce.window")
