@@ -84,19 +84,20 @@ def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tupl
         results = list(s.recover())
         p = s.plan(knobs)
         for knob in (k for k in APPLY_ORDER if k in knobs):
-            c = next((x for x in p.changes if x.knob == knob and x.applicable), None)
-            if c is None or c.key in s.journal.stuck:
-                continue
-            tries = s.journal.attempts.get(c.key, 0)
-            if tries >= config.enforce.max_attempts:
-                last = next((e for e in reversed(s.journal.entries) if e.key == c.key and e.state != "pending"), None)
-                why = f"{last.state}: {last.verify or last.detail}" if last is not None else "still differs"
-                give_up(s, c.key, f"{why} (after {tries} attempts)")
-                log.warning("enforce.stuck", knob=c.knob, target=c.target, attempts=tries, last=why,
-                            effect="left alone until the next boot or `agentd enforce status --reset`")
-                continue
-            results.append(s.apply(c))
-            p = s.plan(knobs)
+            for c in [x for x in p.changes if x.knob == knob and x.applicable]:
+                if c.key in s.journal.stuck:
+                    continue
+                tries = s.journal.attempts.get(c.key, 0)
+                if tries >= config.enforce.max_attempts:
+                    last = next((e for e in reversed(s.journal.entries) if e.key == c.key and e.state != "pending"), None)
+                    why = f"{last.state}: {last.verify or last.detail}" if last is not None else "still differs"
+                    give_up(s, c.key, why)
+                    log.warning("enforce.stuck", knob=c.knob, target=c.target, attempts=tries, last=why,
+                                effect="left alone until the next boot or `agentd enforce status --reset`")
+                    continue
+                results.append(s.apply(c))  # one change per knob and turn
+                p = s.plan(knobs)
+                break
         return _Job(tuple(results), dict(s.journal.stuck), dict(s.journal.attempts))
 
 

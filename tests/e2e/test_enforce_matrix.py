@@ -160,3 +160,26 @@ def test_the_other_windows(window, tmp_path):
         assert not {("config.drift", "pfc@ens1np0"), ("roce.pfc.disabled", "ens1np0")} & _codes(a)
         assert a.health()[1]["status"] != "maintenance"
         assert ("boot grace" if window == "boot_grace" else "no process holds a GPU") in a.events_since(0, "enforce.window")
+
+
+def test_a_setting_that_never_sticks_becomes_stuck_until_reset(tmp_path):
+    """The simulated mlx5 refuses an MTU above 9978: each try in the window fails (the node
+    left as it was), and after enforce.max_attempts the daemon gives up on it this boot
+    (enforce.stuck, agentd_enforce_stuck) until `agentd enforce status --reset`."""
+    from agentd.cli import main
+    from tests.support.daemon_harness import Agent, config_text
+
+    extra = '[expect]\nroce_mtu = 9999\n[enforce]\nmode = "apply"\nknobs = ["mtu"]\ninterval_s = 1\nmax_attempts = 2\n'
+    with Agent(tmp_path, profile="h100-roce", config=config_text(out=tmp_path / "node", extra=extra)) as a:
+        _maintenance(a, True)
+        stuck = poll(lambda: sample(a.metrics(), "agentd_enforce_stuck", knob="mtu") == 8, 3 * REACT_S)
+        assert stuck, a.logs()
+        assert sample(a.metrics(), "agentd_enforce_failures_total", knob="mtu") == 16  # 8 netdevs x 2 attempts
+        _, body = a.health()
+        assert {f["subject"] for f in body["findings"] if f["code"] == "enforce.stuck"} == {f"mtu@ens{i}np0" for i in range(1, 9)}
+        assert (a.root / "sys/class/net/ens1np0/mtu").read_text() == "9000\n"
+        time.sleep(QUIET_S)  # left alone: no further tries
+        assert sample(a.metrics(), "agentd_enforce_failures_total", knob="mtu") == 16
+        assert main(["enforce", "status", "--reset", "--host-root", str(a.root), "--config", str(a.config_path)]) == 0
+        assert poll(lambda: (sample(a.metrics(), "agentd_enforce_failures_total", knob="mtu") or 0) > 16, 3 * REACT_S), a.logs()
+        _maintenance(a, False)

@@ -5,6 +5,7 @@ planned, never changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,11 @@ import pytest
 
 from agentd import sim
 from agentd.cli import main
-from agentd.config import KNOBS
+from agentd.collection.collector import collect_once
+from agentd.config import KNOBS, load_config
+from agentd.host.fs import HostRoot
+from agentd.outputs.enforce import Session
+from agentd.sim.actuate import SimActuators
 
 pytestmark = pytest.mark.tree
 
@@ -160,3 +165,49 @@ def test_status_lists_the_journal_and_reset_forgets_the_attempts(tmp_path: Path,
     rc, st = enforce(capsys, "status", root, cfg, "--reset")
     assert rc == 0 and st["attempts"] == {} and st["stuck"] == {}
     assert len(st["outstanding"]) == 1  # the prior value is kept: only the attempts are forgotten
+
+
+class _OtherValue(SimActuators):
+    """A driver that takes an MTU, but not the one asked: the change reads back wrong."""
+
+    def apply(self, s, timeout_s):  # type: ignore[no-untyped-def]
+        if s.knob == "mtu" and s.value == 9000:
+            s = dataclasses.replace(s, value=4200)
+        return super().apply(s, timeout_s)
+
+
+def test_a_change_that_does_not_read_back_is_rolled_back(tmp_path: Path) -> None:
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens1np0"])
+    cfg = load_config(config(tmp_path, '["mtu"]'), overrides={"host_root": str(root)})
+    host = HostRoot.at(root)
+    lines: list[tuple[str, dict]] = []
+
+    class Log:
+        def info(self, event: str, **kw: object) -> None:
+            lines.append((event, kw))
+
+        warning = info
+
+    s = Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=_OtherValue(root),
+                collect=lambda: collect_once(host, cfg), by="cli:test", log=Log())
+    (c,) = s.plan(["mtu"]).drift
+    r = s.apply(c)
+    assert r.outcome == "failed" and "read back 4200, not 9000: rolled back to 1500" in r.verify
+    assert (root / "sys/class/net/ens1np0/mtu").read_text() == "1500\n"
+    (e,) = s.journal.entries
+    assert (e.state, e.before, e.desired, e.after) == ("failed", 1500, 9000, 1500)
+    (event, audit), = lines
+    assert event == "enforce.apply" and audit["who"] == "cli:test" and audit["why"] == "config.drift mtu@ens1np0 (mtu.mismatch)"
+    assert (audit["before"], audit["desired"], audit["after"], audit["outcome"]) == (1500, 9000, 1500, "failed")
+
+
+def test_every_apply_and_rollback_is_an_audit_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["pfc_off"])
+    cfg = config(tmp_path, '["pfc"]')
+    enforce(capsys, "apply", root, cfg, "--yes")
+    rc, out, err = run(capsys, "enforce", "rollback", "--host-root", str(root), "--config", str(cfg), "--yes")
+    assert rc == 0
+    # the apply's line went to stderr of the first call (captured by enforce()); the rollback's here
+    (line,) = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
+    assert line["event"] == "enforce.rollback" and line["who"].startswith("cli:") and line["why"] == "rollback of journal entries 1"
+    assert (line["before"], line["desired"], line["after"], line["verify"]) == ([3], [], [], "read back PFC on none")
