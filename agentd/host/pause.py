@@ -25,7 +25,7 @@ import struct
 from typing import Callable, Sequence
 
 from agentd.base.actuation import Outcome, failed
-from agentd.host.dcb import NetlinkError, iter_attrs
+from agentd.host.dcb import NetlinkError, iter_attrs, query_each
 from agentd.host.ethtool import valid_ifname
 from agentd.host.fs import ReadContext
 from agentd.host.nlwrite import attr_strz, attr_u8, message, nest, netlink_outcome, open_socket, talk
@@ -125,29 +125,9 @@ def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, PauseConfig]
         ctx.error("genetlink(ethtool)", "unavailable", f"no ethtool netlink family: {e}")
         return out
     with genl:
-        for name in names:
-            path = f"genetlink(ETHTOOL_MSG_PAUSE_GET, {name})"
-            if not valid_ifname(name):
-                ctx.error(path, "unreadable", "invalid interface name")
-                continue
-            try:
-                cfg = parse_pause(genl.talk(functools.partial(build_pause_get, genl.family, name)))
-            except NetlinkError as e:
-                if e.errno not in (errno.EOPNOTSUPP, errno.ENODEV):  # no pause on this netdev, or it went away
-                    ctx.error(path, "unreadable", str(e))
-                continue
-            except TimeoutError:
-                ctx.error(path, "timeout", f"no reply within {TIMEOUT_S:.0f}s")
-                continue
-            except ValueError as e:
-                ctx.error(path, "unparsable", str(e))
-                continue
-            except OSError as e:
-                ctx.error(path, "unreadable", e.strerror or str(e))
-                continue
-            if cfg is not None:
-                out[name] = cfg
-    return out
+        return query_each(ctx, names, lambda name: f"genetlink(ETHTOOL_MSG_PAUSE_GET, {name})",
+                          lambda name: parse_pause(genl.talk(functools.partial(build_pause_get, genl.family, name))),
+                          absent=(errno.EOPNOTSUPP, errno.ENODEV), timeout_s=TIMEOUT_S)  # no pause on this netdev, or it went away
 
 
 _LINE = re.compile(r"^(Autonegotiate|RX|TX):\s*(on|off)\s*$", re.M)

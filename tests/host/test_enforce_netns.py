@@ -107,9 +107,10 @@ def test_the_journal_holds_every_outcome_with_its_prior_value(run: dict[str, dic
     assert all(e["by"].startswith("cli:") for e in entries.values())
 
 
-def test_pause_set_on_a_device_without_it_is_the_kernels_refusal(run: dict[str, dict]) -> None:
+def test_pause_on_a_device_without_it_is_the_kernels_refusal(run: dict[str, dict]) -> None:
     p = run["pause_set_v0"]
     assert not p["ok"] and p["errno"] == errno.EOPNOTSUPP
+    assert run["pause_get_v0"] == {"read": {}, "errors": []}  # no pause parameters: no entry, no error
 
 
 def test_rollback_restores_the_prior_mtu(run: dict[str, dict]) -> None:

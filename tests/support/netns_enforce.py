@@ -62,6 +62,11 @@ def main(config: str, out: str) -> int:
         steps["status"] = agentd(config, "status")
         out_pause = pause.set_pause("v0", False, False, 2.0)
         steps["pause_set_v0"] = {"ok": out_pause.ok, "errno": out_pause.errno, "detail": out_pause.detail}
+        from agentd.host.fs import HostRoot, ReadContext
+
+        ctx = ReadContext(HostRoot.at("/", "live"), "dcb")
+        steps["pause_get_v0"] = {"read": {k: v.model_dump() for k, v in pause.read_pause(ctx, ["v0"]).items()},
+                                 "errors": [e.model_dump() for e in ctx.errors]}
         steps["rollback"] = agentd(config, "rollback", "--yes")
     for name, doc in steps.items():
         (o / f"{name}.json").write_text(json.dumps(doc, indent=1))
