@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from agentd.base.escape import json_text, printable
+from agentd.base.jsontypes import JsonObject
 from agentd.config import KNOBS, AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.judging.enforce import Change, Plan, to_json
-from agentd.outputs.enforce import EnforceError, Result, Session, actuators_for, last_outcomes
+from agentd.outputs.enforce import AuditLog, Collect, EnforceError, Result, Session, actuators_for, last_outcomes
 from agentd.outputs.enforce_journal import JournalError, journal_path, load_journal
 from agentd.outputs.enforce_lock import enforce_lock, holder
 
@@ -31,14 +32,14 @@ EXIT_OK, EXIT_DRIFT, EXIT_INTERNAL = 0, 1, 3
 LOCK_WAIT_S = 30.0
 
 
-def _out(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
+def _out(args: argparse.Namespace, doc: JsonObject, text: str) -> None:
     if args.format == "json":
         sys.stdout.write(json_text(doc, indent=2) + "\n")
     else:
         sys.stdout.write(text)
 
 
-def _change_json(c: Change) -> dict[str, Any]:
+def _change_json(c: Change) -> JsonObject:
     return {"knob": c.knob, "target": c.target, "current": to_json(c.knob, c.current) if c.readable else None,
             "desired": to_json(c.knob, c.desired), "current_text": c.current_text, "desired_text": c.desired_text,
             "readable": c.readable, "drift": c.drift, "applicable": c.applicable, "blocked": c.blocked,
@@ -92,7 +93,7 @@ def _confirm(args: argparse.Namespace, what: str) -> None:
 
 
 def run(args: argparse.Namespace, *, config: AgentConfig, host: HostRoot, state_dir: Path | None, user: str | None,
-        collect: Any, boot_id: str | None, log: Any) -> int:
+        collect: Collect, boot_id: str | None, log: AuditLog) -> int:
     """One ``agentd enforce`` command. ``collect``: a callable that collects the node once."""
     cmd = args.enforce_command
     knobs = _knobs(args, config, changing=cmd in ("apply", "rollback"))
@@ -147,7 +148,7 @@ def _report(args: argparse.Namespace, cmd: str, results: Sequence[Result], left:
         rc = EXIT_OK if all(r.outcome in ("restored", "applied", "interrupted") for r in results) else EXIT_DRIFT
         head = f"agentd enforce rollback: {len(results)} setting(s)\n" if results else "agentd enforce rollback: nothing to restore\n"
         tail = ""
-    doc: dict[str, Any] = {"command": cmd, "journal": str(s.path), "results": [r.to_json() for r in results]}
+    doc: JsonObject = {"command": cmd, "journal": str(s.path), "results": [r.to_json() for r in results]}
     if left is not None:
         doc["remaining"] = [_change_json(c) for c in left.drift]
     _out(args, doc, head + "".join(_result_line(r) for r in results) + tail + f"journal: {s.path}\n")

@@ -22,10 +22,11 @@ import functools
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
+from agentd.daemon.logging import Log
 from agentd.daemon.state import State
 from agentd.host.fs import HostRoot
 from agentd.host.gpuprocs import gpu_processes
@@ -51,7 +52,7 @@ class EnforcerHost(Protocol):
     @property
     def host(self) -> HostRoot: ...
     @property
-    def log(self) -> Any: ...
+    def log(self) -> Log: ...
     def trigger_full(self) -> None: ...
 
 
@@ -63,7 +64,7 @@ class _Job:
     skipped: str = ""  # why nothing was tried (the lock held by `agentd enforce`)
 
 
-def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tuple[str, ...], log: Any) -> _Job:
+def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tuple[str, ...], log: Log) -> _Job:
     """One turn, in the lane: recover what a killed run left, then at most one change per
     knob of ``knobs``, re-planned after each (the QoS chain's knobs build on each other)."""
     actuators = actuators_for(host, config)

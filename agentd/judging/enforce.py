@@ -51,7 +51,6 @@ STUCK_CODE = "enforce.stuck"
 # The order changes are applied in: the module, the MTU, then the QoS chain in its own
 # order (the override before the trust before the map), then PFC, ECN and pause.
 APPLY_ORDER: tuple[Knob, ...] = ("peermem", "mtu", "tclass", "trust", "dscp2prio", "pfc", "ecn", "pause")
-NETDEV_KNOBS = frozenset(("mtu", "pfc", "ecn", "trust", "dscp2prio", "pause"))
 # Finding codes of the checks each knob answers (docs/enforce.md)
 CODES: dict[str, tuple[str, ...]] = {
     "peermem": ("gdr.unavailable",),

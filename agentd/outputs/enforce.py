@@ -27,9 +27,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from agentd.base.actuation import Actuators, Setting, Value
+from agentd.base.jsontypes import JsonObject
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
 from agentd.judging.enforce import APPLY_ORDER, CODES, DRIFT_CODE, Change, Plan, command_for, from_json, plan, read_setting, show, to_json, with_value
@@ -37,6 +38,15 @@ from agentd.model import NodeSnapshot
 from agentd.outputs.enforce_journal import Entry, Journal, journal_path, load_journal, save_journal
 
 Collect = Callable[[], NodeSnapshot]
+
+
+class AuditLog(Protocol):
+    """Where the audit lines go: one call per event, its fields as keywords (structlog's
+    bound logger in the CLI and the daemon)."""
+
+    def info(self, event: str, **fields: object) -> object: ...
+
+    def warning(self, event: str, **fields: object) -> object: ...
 
 
 class EnforceError(Exception):
@@ -76,7 +86,7 @@ class Result:
     def key(self) -> str:
         return f"{self.knob}@{self.target}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"knob": self.knob, "target": self.target, "outcome": self.outcome,
                 "current": to_json(self.knob, self.before), "desired": to_json(self.knob, self.desired),
                 "after": to_json(self.knob, self.after), "current_text": show(self.knob, self.before, self.param),
@@ -84,7 +94,7 @@ class Result:
                 "detail": self.detail, "verify": self.verify, "journal_entry": self.entry}
 
 
-def _setting_json(s: Setting) -> dict[str, Any]:
+def _setting_json(s: Setting) -> JsonObject:
     d = asdict(s)
     d.pop("value")
     d["entries"] = [list(e) for e in s.entries]
@@ -114,7 +124,7 @@ def restore_setting(s: Setting, value: Value, snap: NodeSnapshot) -> Setting:
 
 class Session:
     def __init__(self, *, host: HostRoot, config: AgentConfig, state_dir: Path, actuators: Actuators, collect: Collect,
-                 by: str, log: Any, boot_id: str | None = None):
+                 by: str, log: AuditLog, boot_id: str | None = None):
         self.host, self.config, self.actuators, self.collect = host, config, actuators, collect
         self.by, self.log = by, log
         self.path = journal_path(state_dir)

@@ -41,9 +41,10 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from agentd.base.atomic import WriteResult, atomic_write, read_regular
+from agentd.base.jsontypes import JsonObject, JsonValue
 
 FILE_NAME = "enforce-journal.json"
 FORMAT = "agentd-enforce-journal"
@@ -70,12 +71,12 @@ class Entry:
     why: str  # the finding: "config.drift pfc@ens1np0 (roce.pfc.disabled)"
     knob: str
     target: str
-    before: Any  # JSON of the prior value (agentd.judging.enforce.to_json)
-    desired: Any
+    before: JsonValue  # the prior value (agentd.judging.enforce.to_json)
+    desired: JsonValue
     command: str
     state: str = "pending"
-    setting: dict[str, Any] = field(default_factory=dict)  # netdev, hca, port, param, apptrust
-    after: Any = None  # what was read back
+    setting: JsonObject = field(default_factory=dict)  # netdev, hca, port, param, entries, apptrust
+    after: JsonValue = None  # what was read back
     verify: str = ""  # how the read-back compared
     detail: str = ""  # what the interface said
     finished_at: float | None = None
@@ -88,7 +89,7 @@ class Entry:
     def outstanding(self) -> bool:
         return self.state in OUTSTANDING
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
@@ -131,7 +132,7 @@ class Journal:
         return replace(self, attempts={}, stuck={})
 
 
-def _entry(d: Any) -> Entry:
+def _entry(d: JsonValue) -> Entry:
     if not isinstance(d, dict):
         raise ValueError("an entry is an object")
     fields = Entry.__dataclass_fields__

@@ -224,6 +224,7 @@ def test_enforce_dropin_grants_only_cap_net_admin_as_shipped() -> None:
     assert commented == {"AmbientCapabilities", "CapabilityBoundingSet", "ProtectKernelTunables", "ProtectKernelModules", "SystemCallFilter"}
 
 
+@pytest.mark.proc
 @needs_analyze
 def test_enforce_dropin_with_every_part_verifies(tmp_path: Path) -> None:
     full = tmp_path / "agentd-enforce-all.conf.example"
