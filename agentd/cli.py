@@ -576,19 +576,14 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_enforce(args: argparse.Namespace) -> int:
-    from agentd.collection.collector import Collector
     from agentd.daemon.logging import configure_logging, get_logger
     from agentd.enforce_cmd import run
-    from agentd.outputs.enforce import EnforceError
+    from agentd.outputs.enforce import EnforceError, collector_for
     from agentd.outputs.history_store import node_now
 
     config = _config(args)
     host = _host(config)
-    collector = Collector(host, config)
-
-    def collect() -> NodeSnapshot:
-        collector.run_sync()
-        return collector.snapshot()
+    collect = collector_for(host, config)
 
     configure_logging(config.log_format, config.log_level)  # the audit lines, on stderr
     state_dir = _state_dir(config, host)

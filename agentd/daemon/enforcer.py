@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
 from agentd.daemon.logging import Log
 from agentd.daemon.state import State
@@ -32,8 +31,8 @@ from agentd.host.fs import HostRoot
 from agentd.host.gpuprocs import gpu_processes
 from agentd.host.runner import Lane, await_future
 from agentd.judging.enforce import APPLY_ORDER, DRIFT_CODE, Stuck, apply_window, stuck_findings
-from agentd.model import Finding, NodeSnapshot
-from agentd.outputs.enforce import Result, Session, actuators_for, give_up
+from agentd.model import Finding
+from agentd.outputs.enforce import Result, Session, actuators_for, collector_for, give_up
 from agentd.outputs.enforce_journal import journal_path, load_journal
 from agentd.outputs.enforce_lock import enforce_lock
 from agentd.outputs.history_store import node_now
@@ -73,13 +72,7 @@ def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tupl
     with enforce_lock(state_dir, wait_s=0) as held:
         if not held:
             return _Job((), {}, {}, "agentd enforce holds the lock")
-        collector = Collector(host, config)
-
-        def collect() -> NodeSnapshot:
-            collector.run_sync()
-            return collector.snapshot()
-
-        s = Session(host=host, config=config, state_dir=state_dir, actuators=actuators, collect=collect, by="daemon", log=log,
+        s = Session(host=host, config=config, state_dir=state_dir, actuators=actuators, collect=collector_for(host, config), by="daemon", log=log,
                     boot_id=node_now(host, str(config.host_root))[1])
         s.save()  # a new boot's attempts start at zero on disk too
         results = list(s.recover())

@@ -53,6 +53,27 @@ class EnforceError(Exception):
     """The session cannot change anything (no actuators for this root, journal unwritable)."""
 
 
+# What a plan and a read-back read: every probe but the kernel log, the fabric daemons and
+# the counters (ethtool statistics, IB and PCIe error counters), which no knob depends on.
+# A session's own collector leaves them out: a fresh kernel log reader would read the
+# whole log on every read-back.
+UNPLANNED_PROBES = frozenset(("kernel", "daemons", "ethtool", "ib_counters", "pci_errors"))
+
+
+def collector_for(host: HostRoot, config: AgentConfig) -> Collect:
+    """A ``collect`` for a Session: one collector, each call a collection of what plans read."""
+    from agentd.collection.collector import PROBE_TIERS, Collector
+
+    c = Collector(host, config)
+    names = [n for n in PROBE_TIERS if n not in UNPLANNED_PROBES]
+
+    def collect() -> NodeSnapshot:
+        c.run_sync(names)
+        return c.snapshot()
+
+    return collect
+
+
 def actuators_for(host: HostRoot, config: AgentConfig) -> Actuators | None:
     """The live node's interfaces, the simulated node's stand-ins, or None (an offline root)."""
     if host.is_live:
