@@ -1,4 +1,4 @@
-"""Command line: run | check | render | inspect | topology | capture | simulate | baseline | maintenance.
+"""Command line: run | check | render | inspect | topology | capture | simulate | baseline | maintenance | enforce.
 
 Exit codes of `agentd check` (Slurm HealthCheckProgram, cron): 0 ok, 1 degraded
 (warnings only), 2 critical, 3 agentd itself could not run (reason on stderr; usage errors
@@ -26,7 +26,7 @@ from agentd import __version__
 from agentd.base.escape import json_text
 from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.selfcmd import agentd_command
-from agentd.config import AgentConfig, ConfigError, load_config
+from agentd.config import KNOBS, AgentConfig, ConfigError, load_config
 
 if TYPE_CHECKING:  # imported where used, so that `agentd --help` stays quick
     from agentd.host.fs import HostRoot
@@ -141,7 +141,30 @@ def build_parser() -> argparse.ArgumentParser:
     _common(m, fmt=False)
     m = msub.add_parser("status", help="say whether the node is in maintenance")
     _common(m)
+    _add_enforce_parser(sub)
     return ap
+
+
+def _add_enforce_parser(sub: argparse._SubParsersAction[Parser]) -> None:
+    p = sub.add_parser("enforce", help="keep the node's fabric configuration as the checks expect it (docs/enforce.md)")
+    esub = p.add_subparsers(dest="enforce_command", required=True)
+    helps = {
+        "plan": "what differs from the desired state, per knob and target, and the command for each; exit 0 none, 1 drift",
+        "apply": "apply the plan one change at a time (journal, change, read back, roll back what does not verify); exit 0 no drift left, 1 some",
+        "rollback": "restore the prior values the journal holds; exit 0 all back, 1 not",
+        "status": "the journal and each knob's last outcome; --reset forgets this boot's attempts and stuck settings",
+    }
+    for name, text in helps.items():
+        c = esub.add_parser(name, help=text)
+        c.add_argument("--config", type=Path, help="TOML config file (default /etc/agentd/agentd.toml, optional)")
+        c.add_argument("--host-root", type=Path, help="root of the node's filesystem (default /, or config host_root)")
+        c.add_argument("--knob", action="append", choices=KNOBS, metavar="KNOB",
+                       help=f"only this knob (repeatable; one of {', '.join(KNOBS)}); default enforce.knobs")
+        c.add_argument("--format", choices=("text", "json"), default="text")
+        if name in ("apply", "rollback"):
+            c.add_argument("--yes", action="store_true", help="change the node without asking (required when stdin is not a terminal)")
+        if name == "status":
+            c.add_argument("--reset", action="store_true", help="forget this boot's attempts and stuck settings (the daemon tries them again)")
 
 
 # ---------------------------------------------------------------------------
@@ -616,6 +639,27 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_enforce(args: argparse.Namespace) -> int:
+    from agentd.daemon.logging import configure_logging, get_logger
+    from agentd.enforce_cmd import run
+    from agentd.outputs.enforce import EnforceError, collector_for
+    from agentd.outputs.history_store import node_now
+
+    config = _config(args)
+    host = _host(config)
+    collect = collector_for(host, config)
+
+    configure_logging(config.log_format, config.log_level)  # the audit lines, on stderr
+    state_dir = _state_dir(config, host)
+    if not host.is_live and args.enforce_command != "plan":
+        print(f"agentd: note: {_not_the_node(host)}: its journal and lock are in {state_dir}", file=sys.stderr)
+    try:
+        return run(args, config=config, host=host, state_dir=state_dir, user=_user(), collect=collect,
+                   boot_id=node_now(host, str(config.host_root))[1], log=get_logger("agentd.enforce"))
+    except EnforceError as e:
+        raise UsageError(str(e)) from None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentd.ncclbench.command import cmd_bench as bench
 
@@ -693,6 +737,7 @@ COMMANDS = {
     "baseline": cmd_baseline,
     "maintenance": cmd_maintenance,
     "bench": cmd_bench,
+    "enforce": cmd_enforce,
 }
 
 

@@ -208,7 +208,8 @@ class KernelSettings(Section):
 # Codes whose findings are normal while a node comes up: ports still training, the
 # fabric and its manager registering, the GPU driver and its modules loading, DCB and MTU
 # set by boot-time services (and so the RoCE QoS chain: trust mode, DSCP map, the global
-# tclass a udev rule or if-up script writes; not roce.qos.lossy_traffic, which is measured). Within lifecycle.boot_grace_s of boot they are withheld
+# tclass a udev rule or if-up script writes, global pause; not roce.qos.lossy_traffic, which is measured; and
+# config.drift, the same settings seen by [enforce]). Within lifecycle.boot_grace_s of boot they are withheld
 # ("boot_grace"); a fault of another kind (an XID, a lost GPU, a PCIe error) still counts.
 DEFAULT_BOOT_GRACE_CODES = (
     "ib.port.down", "ib.port.unreadable", "ib.ports.count", "ib.port.rate_degraded", "ib.port.width_degraded",
@@ -216,6 +217,7 @@ DEFAULT_BOOT_GRACE_CODES = (
     "inventory.hca.missing", "inventory.port.missing", "mtu.mismatch", "mtu.ipoib", "roce.ecn.disabled", "roce.pfc.disabled",
     "nvlink.fabric.unassigned", "fabric.manager.down", "fabric.imex.down",
     "roce.qos.lossy", "roce.qos.ecn_off", "roce.qos.priority_mismatch", "roce.qos.trust_mismatch", "roce.qos.tclass_override",
+    "roce.pause.global", "config.drift",
 )  # fmt: skip
 
 
@@ -409,6 +411,40 @@ class MetricsDetail(Section):
     roce_every_priority: bool = Field(False, description="Export the RoCE per-priority counters (pause frames and time, bytes, packets) for all 8 priorities. Off: roce.priority (the lossless class) on its own, the other seven summed as priority=\"other\".")
 
 
+# The node settings `[enforce]` may keep right (docs/enforce.md), in the order a plan
+# lists them: a module first, then per netdev, then per RDMA port.
+Knob = Literal["peermem", "mtu", "pfc", "ecn", "trust", "dscp2prio", "tclass", "pause"]
+KNOBS: tuple[Knob, ...] = ("peermem", "mtu", "pfc", "ecn", "trust", "dscp2prio", "tclass", "pause")
+
+
+class EnforceSettings(Section):
+    """Keeping the node's fabric configuration right (docs/enforce.md): what the checks
+    expect is the desired state; only the knobs named here are ever changed."""
+
+    mode: Literal["off", "plan", "apply"] = Field(
+        "plan",
+        description="off: no plan, no drift findings, `agentd enforce apply` refuses. plan: the daemon reports drift (config.drift findings, agentd_enforce_* metrics) for the named knobs and changes nothing; `agentd enforce apply` applies them when run by hand. apply: the daemon also applies them, one change at a time, but only in a safe window (maintenance, boot grace before the first healthy collection, or idle GPUs when when_gpus_idle).",
+    )
+    knobs: list[Knob] = Field(
+        default_factory=list,
+        description="Settings agentd may change: peermem (load nvidia_peermem where DMA-BUF cannot carry GPUDirect RDMA), mtu (expect.roce_mtu / expect.ipoib_mtu), pfc (PFC on roce.priority), ecn (ECN np and rp on roce.priority), trust (DSCP trust where RDMA traffic is DSCP-marked), dscp2prio (the marked DSCP to roce.priority), tclass (clear mlx5's global traffic class override), pause (global pause off on RoCE ports). Empty: nothing is ever changed.",
+    )
+    netdevs: list[str] = Field(
+        default_factory=list,
+        description="Glob patterns of netdevs the netdev knobs also cover, beside the compute RoCE and IPoIB netdevs agentd finds (nodes and tests without RDMA devices).",
+    )
+    modprobe: Path = Field(Path("/sbin/modprobe"), description="The modprobe the peermem knob runs (`modprobe nvidia_peermem`; rollback `modprobe -r nvidia_peermem`).")
+    interval_s: float = Field(300.0, ge=1, le=86400, description="The daemon applies at most one change per knob per this many seconds.")
+    max_attempts: int = Field(3, ge=1, le=100, description="Attempts per setting within one boot; one that still differs after this many is enforce.stuck and left alone until the next boot or `agentd enforce status --reset`.")
+    when_gpus_idle: bool = Field(False, description="Also apply while no process holds a GPU (/proc/*/fd on /dev/nvidia*), outside maintenance and boot grace.")
+    change_timeout_s: float = Field(10.0, gt=0, le=300, description="Limit for one change (a netlink answer, a sysfs write, modprobe).")
+
+    @field_validator("knobs")
+    @classmethod
+    def _unique_knobs(cls, v: list[Knob]) -> list[Knob]:
+        return sorted(set(v), key=KNOBS.index)
+
+
 class AgentConfig(Section):
     host_root: Path = Field(Path("/"), description="Root of the host filesystem (sysfs under host_root/sys); '/' on a node, the mount point in a container.")
     host_mode: Literal["auto", "live", "offline", "simulated"] = Field("auto", description="Which kernel answers for host_root. auto: live when its boot id is the running kernel's ('/', a container's /host), offline for a capture or a copied tree (recorded answers only), simulated for a simulator tree (docs/capture.md).")
@@ -431,6 +467,7 @@ class AgentConfig(Section):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     metrics: MetricsDetail = Field(default_factory=MetricsDetail)
     events: EventSettings = Field(default_factory=EventSettings)
+    enforce: EnforceSettings = Field(default_factory=EnforceSettings)
 
     @field_validator("listen")
     @classmethod

@@ -297,6 +297,19 @@ class PfcConfig(Record):
     # DSCP (0-63) -> priority (0-7): the DCB APP table's DSCP entries (dcbnl) or mlnx_qos'
     # "dscp2prio mapping"; empty when not reported.
     dscp2prio: dict[int, int] = Field(default_factory=dict)
+    # the device reports an APP trust table (DCB_ATTR_DCB_APP_TRUST_TABLE, kernels >= 6.3,
+    # drivers with the op): its trust is set there; else (mlx5) by its DSCP APP entries
+    apptrust: bool = False
+
+
+class PauseConfig(Record):
+    """Global (link-level, 802.3x) pause of a netdev: ethtool netlink ETHTOOL_MSG_PAUSE_GET
+    (what ``ethtool -a`` prints). Only ``rx`` and ``tx`` are set by agentd; ``autoneg``
+    is shown, never compared (mlx5 reports it off and refuses it on)."""
+
+    autoneg: bool | None = None
+    rx: bool
+    tx: bool
 
 
 class Netdev(Record):
@@ -317,6 +330,7 @@ class Netdev(Record):
     bond_slaves: tuple[str, ...] = ()
     ecn: RoceEcn | None = None
     pfc: PfcConfig | None = None
+    pause: PauseConfig | None = None  # None: not read, or the device has no pause parameters (EOPNOTSUPP)
     ethtool: dict[str, int] | None = None  # `ethtool -S` statistics; None if not read
 
     @property
@@ -789,6 +803,7 @@ SubjectKind = Literal[
     "check",  # one of agentd's checks: name "ib.check_ports"
     "file",  # a file (or set of files) agentd writes for others: name "nfd-features", "nccl"
     "bench",  # the NCCL benchmark: name the runner, or "all_reduce/256MiB" for one op and size
+    "setting",  # one enforced setting of one thing: name the knob, path its target "pfc@ens1np0", "peermem@node"
     "text",  # given as text only (tests, JSON read back): shown as given, joined to nothing
 ]
 
@@ -805,6 +820,7 @@ _SUBJECT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "check": (("name",), ()),
     "file": (("name",), ()),
     "bench": (("name",), ()),
+    "setting": (("name", "path"), ()),
     "text": (("name",), ()),
 }
 
@@ -819,12 +835,12 @@ class Subject(Record):
     """
 
     kind: SubjectKind
-    name: str | None = None  # hca, port (the HCA), netdev, probe, check, file, bench, text
+    name: str | None = None  # hca, port (the HCA), netdev, probe, check, file, bench, text; setting: the knob
     port: int | None = None  # port
     index: int | None = None  # gpu, nvlink: the GPU index
     link: int | None = None  # nvlink
     bus_id: str | None = None  # pci; gpu (optional)
-    path: str | None = None  # probe: the path one read failed on, "*" for the rest
+    path: str | None = None  # probe: the path one read failed on, "*" for the rest; setting: its target ("ens1np0", "mlx5_0:1", "node")
 
     @model_validator(mode="after")
     def _ids_fit_kind(self) -> Subject:
@@ -853,6 +869,8 @@ class Subject(Record):
             return f"gpu{self.index}:link{self.link}"
         if k == "probe" and self.path is not None:
             return f"{self.name}:{self.path}"
+        if k == "setting":
+            return f"{self.name}@{self.path}"
         return str(self.name)
 
 

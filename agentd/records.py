@@ -1,5 +1,5 @@
 """What the shell did, as data: the outcome of each managed file's writes, each tier's
-latest collection and the latest configuration reload. The daemon produces these, the
+latest collection, the latest configuration reload and the enforcer's changes. The daemon produces these, the
 judging layer turns failed writes into findings, the metrics layer exports them."""
 
 from __future__ import annotations
@@ -35,3 +35,24 @@ class ReloadStatus:
     ok: bool = True
     at: float | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class EnforceKnob:
+    """What the daemon's enforcer did for one knob since it started."""
+
+    knob: str
+    applies_total: int = 0  # changes applied and read back as desired
+    failures_total: int = 0  # changes the interface refused, that did not read back (rolled back) or were partial
+    last_apply_at: float | None = None  # unix time of the last change applied
+    stuck: int = 0  # settings given up on this boot (enforce.stuck)
+
+
+@dataclass(frozen=True)
+class EnforceStatus:
+    """The daemon's enforcement (agentd.daemon.enforcer): its mode, the window and per knob."""
+
+    mode: str  # off | plan | apply
+    knobs: tuple[EnforceKnob, ...] = ()
+    window_open: bool = False  # it may apply now (mode apply and a safe window)
+    window: str = ""  # why (not)

@@ -255,7 +255,7 @@ def clear_fault(root: Path, spec: str) -> None:
 
 
 def write_config(tmp: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None,
-                 events: dict[str, str] | None = None) -> Path:
+                 events: dict[str, str] | None = None, extra: str = "") -> Path:
     """An agentd.toml with default intervals unless given; files go under ``tmp/out``."""
     out = tmp / "out"
     text = (
@@ -267,6 +267,7 @@ def write_config(tmp: Path, *, intervals: dict[str, float] | None = None, timeou
             text += f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
     if events:
         text += "[events]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in events.items())
+    text += extra  # further TOML sections, verbatim
     cfg = tmp / "agentd.toml"
     cfg.write_text(text)
     return cfg
@@ -287,9 +288,9 @@ class Agentd:
     """``agentd run`` on a host root, on a free loopback port, logging to ``tmp``."""
 
     def __init__(self, tmp: Path, root: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None,
-                 events: dict[str, str] | None = None):
+                 events: dict[str, str] | None = None, extra: str = ""):
         self.tmp, self.root = tmp, root
-        self.config = write_config(tmp, intervals=intervals, timeouts=timeouts, events=events)
+        self.config = write_config(tmp, intervals=intervals, timeouts=timeouts, events=events, extra=extra)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.nccl_env = nccl_env_of(root, tmp)

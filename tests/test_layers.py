@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ncclbench", ("agentd.ncclbench",)),
     ("outputs", ("agentd.outputs",)),
     ("daemon", ("agentd.daemon",)),
-    ("cli", ("agentd.cli", "agentd.entry", "agentd.__main__", "agentd.views", "agentd.configdoc", "agentd.npd")),
+    ("cli", ("agentd.cli", "agentd.entry", "agentd.__main__", "agentd.views", "agentd.configdoc", "agentd.npd", "agentd.enforce_cmd")),
 )
 LEAVES_ONLY = {"agentd.sim": "leaves"}  # part -> the highest layer it may import (besides itself)
 

@@ -9,13 +9,14 @@ simulator, read by the host readers::
     ROOT/.agentd/nvml.json            NVML inventory, NVLinks, fabric (docs/simulated-sources.md)
     ROOT/.agentd/ethtool/<netdev>     what `ethtool -S <netdev>` prints
     ROOT/.agentd/dcb/<netdev>         what `mlnx_qos -i <netdev>` prints
+    ROOT/.agentd/pause/<netdev>       what `ethtool -a <netdev>` prints (global pause)
     ROOT/.agentd/uname.json           os.uname() as an object
     ROOT/.agentd/state/baseline.json  the node's inventory baseline when it was captured
     ROOT/.agentd/simulation.json      the simulator's profile and applied faults
     ROOT/dev/kmsg                     kernel log records (a file, /dev/kmsg's record format)
 
 This module is a leaf: names, the manifest's shape, and the two text formats that are
-written here (``ethtool -S``, ``mlnx_qos -i``). Parsing them is the readers' job.
+written here (``ethtool -S``, ``mlnx_qos -i``, ``ethtool -a``). Parsing them is the readers' job.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ MANIFEST = f"{DIR}/manifest.json"
 NVML = "nvml.json"
 ETHTOOL = "ethtool"
 DCB = "dcb"
+PAUSE = "pause"
 UNAME = "uname.json"
 BASELINE = "state/baseline.json"
 SIMULATION = "simulation.json"
@@ -114,3 +116,12 @@ def format_mlnx_qos(enabled: Iterable[int] | None, trust: str | None = "dscp", d
         prio = {0: 1, 1: 0}.get(tc, tc)
         lines += [f"tc: {tc} ratelimit: unlimited, tsa: vendor", f"         priority:  {prio}"]
     return "\n".join(lines) + "\n"
+
+
+def format_ethtool_a(netdev: str, autoneg: bool | None, rx: bool, tx: bool) -> str:
+    """``ethtool -a <netdev>`` output (ethtool 6.x: tabs as it prints them; "Autonegotiate"
+    off when the driver does not say)."""
+    def on(v: bool | None) -> str:
+        return "on" if v else "off"
+
+    return f"Pause parameters for {netdev}:\nAutonegotiate:\t{on(autoneg)}\nRX:\t\t{on(rx)}\nTX:\t\t{on(tx)}\n\n"

@@ -98,6 +98,8 @@ def _answers(tree: RecordedTree, host: HostRoot, config: AgentConfig, snap: Node
             put(f"{recorded.ETHTOOL}/{n.name}", recorded.format_ethtool_s(n.ethtool).encode())
         if n.pfc is not None:
             put(f"{recorded.DCB}/{n.name}", recorded.format_mlnx_qos(n.pfc.enabled, n.pfc.trust, n.pfc.dscp2prio).encode())
+        if n.pause is not None:
+            put(f"{recorded.PAUSE}/{n.name}", recorded.format_ethtool_a(n.name, n.pause.autoneg, n.pause.rx, n.pause.tx).encode())
     if host.is_live:
         put(recorded.UNAME, (json.dumps(uname(), indent=2) + "\n").encode())
         kmsg, why = read_kmsg_tail()

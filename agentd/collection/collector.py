@@ -35,7 +35,7 @@ from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.collection.backoff import ReadWindow, back_offs
 from agentd.config import AgentConfig
-from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pci, pcie_errors, routes, system, versions
+from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pause, pci, pcie_errors, routes, system, versions
 from agentd.host.fs import HostRoot, JournalEntry, ReadContext, replay
 from agentd.host.gate import DeviceGate, GateState, covers
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
@@ -56,6 +56,7 @@ from agentd.model import (
     Netdev,
     NodeSnapshot,
     NvmlInfo,
+    PauseConfig,
     PciDevice,
     PciLinkRead,
     PfcConfig,
@@ -179,6 +180,19 @@ def _system(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> SystemRead:
     return SystemRead(system.read_system(ctx), ncclconf.read_nccl_conf(ctx), versions.read_versions(ctx), routes.read_default_routes(ctx))
 
 
+class FlowControl(NamedTuple):
+    """The dcb probe's output: each RDMA netdev's priority flow control (DCB) and global
+    pause, the two ways a link stops its sender, read together in the slow pass."""
+
+    pfc: Mapping[str, PfcConfig]
+    pause: Mapping[str, PauseConfig]
+
+
+def _flow_control(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> FlowControl:
+    names = _rdma_netdevs(outputs, ctx)
+    return FlowControl(dcb.read_pfc(ctx, names), pause.read_pause(ctx, names))
+
+
 # One InfiniBand read per tier, each with only the parts that tier needs, so every file is
 # read in one tier; assemble() merges the three into one Hca list.
 IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
@@ -206,8 +220,8 @@ GDR: ProbeSpec[GdrInfo] = ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr
 ETHTOOL: ProbeSpec[Mapping[str, dict[str, int]]] = ProbeSpec(
     "ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live,
     firmware="firmware")
-DCB: ProbeSpec[Mapping[str, PfcConfig]] = ProbeSpec(
-    "dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live, firmware="firmware")
+DCB: ProbeSpec[FlowControl] = ProbeSpec(
+    "dcb", "slow", _flow_control, FlowControl({}, {}), after=("netdev",), journaled=_files_unless_live, firmware="firmware")
 # A stream rather than files: the collector keeps one KernelLogSource for it (no ``fn``).
 KERNEL: ProbeSpec[KernelLog] = ProbeSpec("kernel", "fast", None, KernelLog(asked=False), journaled=lambda host: False)
 NVML: ProbeSpec[NvmlInfo] = ProbeSpec(
@@ -301,14 +315,16 @@ def _links_from_netdevs(hcas: tuple[Hca, ...], netdevs: tuple[Netdev, ...], back
     return tuple(out)
 
 
-def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], pfc: Mapping[str, PfcConfig]) -> tuple[Netdev, ...]:
+def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], flow: FlowControl) -> tuple[Netdev, ...]:
     out = []
     for n in nds:
         upd: dict[str, object] = {}
         if n.name in stats:
             upd["ethtool"] = stats[n.name]
-        if n.name in pfc:
-            upd["pfc"] = pfc[n.name]
+        if n.name in flow.pfc:
+            upd["pfc"] = flow.pfc[n.name]
+        if n.name in flow.pause:
+            upd["pause"] = flow.pause[n.name]
         out.append(n.model_copy(update=upd) if upd else n)
     return tuple(out)
 

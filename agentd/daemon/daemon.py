@@ -25,6 +25,7 @@ from agentd.collection.history import History
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.connections import ServerLimits
+from agentd.daemon.enforcer import Enforcer
 from agentd.daemon.events import Coalescer, UdevMonitor, UdevWatcher
 from agentd.daemon.health import status_line
 from agentd.daemon.http import HttpServer, build_app, web_options
@@ -127,6 +128,7 @@ class Daemon:
         self.started_at = time.time()
         self._state = State(seq=0, generated_at=self.started_at, started_at=self.started_at, config=config, stale_limits=self.stale_limits(config))
         self.bench = BenchScheduler()
+        self.enforcer = Enforcer()
         self._tier_runs: dict[str, TierRun] = {}
         self._start_mono = self._heartbeat_mono = time.monotonic()
         self._last_cycle_mono: float | None = None
@@ -202,6 +204,7 @@ class Daemon:
                 process=LazyMapping(process_stats), bench=self.bench.outcome, bench_findings=self.bench.findings(),
                 link_events=dict(self.links.counts), link_active=self.links.active,
                 maintenance=m.now, maintenance_ended_at=m.ended_at,
+                enforce=self.enforcer.status(cfg), enforce_findings=self.enforcer.findings(cfg),
             )  # fmt: skip
             state = await self.publisher.build(snap, ev, files, ctx)
             old, self._state = self._state, state
@@ -427,6 +430,7 @@ class Daemon:
         self._tasks = [
             asyncio.create_task(self._startup(), name="agentd-startup"),
             asyncio.create_task(self.bench.run_forever(self), name="agentd-bench"),
+            asyncio.create_task(self.enforcer.run_forever(self), name="agentd-enforce"),
         ]
         try:
             await self._stop.wait()

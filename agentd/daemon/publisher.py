@@ -35,7 +35,7 @@ from agentd.outputs.baseline_store import BaselineError, BaselineUnreadable, loa
 from agentd.outputs.evaluate import EvaluateFn, Evaluation, Evaluator, evaluate
 from agentd.outputs.maintenance import Maintenance
 from agentd.outputs.writer import Writer, planned_files
-from agentd.records import FileStatus, ReloadStatus, TierRun
+from agentd.records import EnforceStatus, FileStatus, ReloadStatus, TierRun
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class Context:
     link_active: bool = False
     maintenance: Maintenance | None = None
     maintenance_ended_at: float | None = None
+    enforce: EnforceStatus | None = None
+    enforce_findings: tuple[Finding, ...] = ()  # enforce.stuck
 
 
 # the parts ``history.share`` replaces by the previous snapshot's when equal
@@ -285,11 +287,11 @@ class Publisher:
             topology_hash=self._topology_hash(ev),
             reload=ctx.reload, udev_events=ctx.udev_events, udev_active=ctx.udev_active, process=ctx.process,
             link_events=ctx.link_events, link_active=ctx.link_active, maintenance=ctx.maintenance,
-            maintenance_ended_at=ctx.maintenance_ended_at, bench=ctx.bench, render_metrics=REGISTRY.render,
+            maintenance_ended_at=ctx.maintenance_ended_at, bench=ctx.bench, enforce=ctx.enforce, render_metrics=REGISTRY.render,
             nothing_to_judge=ev.nothing_to_judge,
         )  # fmt: skip
         topo_problems = ev.render.topo_problems if ev.render is not None else ()
-        extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
+        extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings, *ctx.enforce_findings]
         if self.baseline_unreadable is not None:
             extra.append(baseline_unreadable(str(ctx.config.paths.baseline), self.baseline_unreadable))
         if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)

@@ -24,7 +24,7 @@ from agentd.judging.roles import HcaRoles, RolesSource
 from agentd.model import Finding, NodeSnapshot, NodeStatus, overall_status
 from agentd.ncclbench.job import BenchOutcome
 from agentd.outputs.maintenance import Maintenance
-from agentd.records import FileStatus, ReloadStatus, TierRun
+from agentd.records import EnforceStatus, FileStatus, ReloadStatus, TierRun
 
 HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance", "nothing-to-judge"]
 _T = TypeVar("_T")
@@ -57,6 +57,7 @@ class State:
     link_active: bool = False
     process: Mapping[str, float] = field(default_factory=dict)  # self stats sampled at build time
     bench: BenchOutcome | None = None  # the last scheduled NCCL benchmark's
+    enforce: EnforceStatus | None = None  # the daemon's enforcer (agentd.daemon.enforcer)
     # While the node is in maintenance; after it ended, the unix time it did until a full
     # collection that started later is published
     maintenance: Maintenance | None = None

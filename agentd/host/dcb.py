@@ -23,7 +23,7 @@ import re
 import socket
 import struct
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from agentd.host.ethtool import valid_ifname
 from agentd.host.fs import ReadContext, parse_decimal
@@ -142,7 +142,8 @@ def parse_ieee_get(payload: bytes) -> PfcConfig | None:
         # and removes them otherwise. Their absence does not prove PCP trust (VFs never
         # install them), so it stays unknown.
         trust = "dscp" if dscp2prio else None
-    return PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=trust, source="dcbnl", dscp2prio=dict(sorted(dscp2prio.items())))
+    return PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=trust, source="dcbnl",
+                     dscp2prio=dict(sorted(dscp2prio.items())), apptrust=trust_table is not None)
 
 
 def _dscp_apps(table: bytes) -> dict[int, int]:
@@ -212,28 +213,42 @@ def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, PfcConfig]:
         ctx.error("netlink(RTM_GETDCB)", "unavailable", f"cannot open a NETLINK_ROUTE socket: {e.strerror or e}")
         return out
     with sock:
-        for seq, name in enumerate(names, start=1):
-            path = f"netlink(RTM_GETDCB, {name})"
-            if not valid_ifname(name):
-                ctx.error(path, "unreadable", "invalid interface name")
-                continue
-            try:
-                cfg = _query(sock, name, seq)
-            except NetlinkError as e:
-                if e.errno != errno.EOPNOTSUPP:  # no DCB on this netdev (or no CONFIG_DCB)
-                    ctx.error(path, "unreadable", str(e))
-                continue
-            except TimeoutError:
-                ctx.error(path, "timeout", f"no reply within {REPLY_TIMEOUT_S:.0f}s")
-                continue
-            except ValueError as e:
-                ctx.error(path, "unparsable", str(e))
-                continue
-            except OSError as e:
-                ctx.error(path, "unreadable", e.strerror or str(e))
-                continue
-            if cfg is not None:
-                out[name] = cfg
+        seqs = iter(range(1, len(names) + 1))
+        return query_each(ctx, names, lambda name: f"netlink(RTM_GETDCB, {name})", lambda name: _query(sock, name, next(seqs)),
+                          absent=(errno.EOPNOTSUPP,))  # no DCB on this netdev (or no CONFIG_DCB)
+
+
+T = TypeVar("T")
+
+
+def query_each(ctx: ReadContext, names: Sequence[str], path: Callable[[str], str], query: Callable[[str], T | None], *,
+               absent: tuple[int, ...], timeout_s: float = REPLY_TIMEOUT_S) -> dict[str, T]:
+    """``{netdev: answer}`` of one netlink query per netdev; each failure is a read error
+    of that netdev's ``path`` (an errno in ``absent``: no such setting, no entry, no
+    error), so one bad netdev never hides the others. Shared by the DCB and pause readers."""
+    out: dict[str, T] = {}
+    for name in names:
+        where = path(name)
+        if not valid_ifname(name):
+            ctx.error(where, "unreadable", "invalid interface name")
+            continue
+        try:
+            got = query(name)
+        except NetlinkError as e:
+            if e.errno not in absent:
+                ctx.error(where, "unreadable", str(e))
+            continue
+        except TimeoutError:
+            ctx.error(where, "timeout", f"no reply within {timeout_s:.0f}s")
+            continue
+        except ValueError as e:
+            ctx.error(where, "unparsable", str(e))
+            continue
+        except OSError as e:
+            ctx.error(where, "unreadable", e.strerror or str(e))
+            continue
+        if got is not None:
+            out[name] = got
     return out
 
 

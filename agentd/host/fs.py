@@ -854,6 +854,33 @@ class ReadContext:
         return v
 
 
+_WRITE_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _write_to(data: bytes) -> Callable[[str, int], bytes]:
+    def write(path: str, _size: int) -> bytes:
+        if isinstance(path, _AtPath):
+            fd = os.open(path.name, _WRITE_FLAGS, dir_fd=path.dir_fd)
+        else:
+            fd = os.open(path, _WRITE_FLAGS)
+        try:
+            os.write(fd, data)  # a sysfs store takes one write
+        finally:
+            os.close(fd)
+        return b""
+
+    return write
+
+
+def write_attribute(ctx: ReadContext, path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to an existing attribute (a sysfs file) under the host root, confined
+    as every read is: walked from the root without leaving it, never through a symlink in
+    the last component, never created. For actuators only (agentd.host.actuators).
+    Raises OSError (the kernel's refusal: EINVAL, EOPNOTSUPP, EACCES...) or ReadFailure
+    (a path that leaves the root)."""
+    ctx._read(ctx._abs(path), len(data), _write_to(data))
+
+
 def replay(host: HostRoot, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
     """Repeat the accesses of ``journal`` (``ReadContext.journal``) in order, confined as
     they were, with a fresh context; stop at the first whose outcome differs. (True when

@@ -82,6 +82,11 @@ def bench_subject(name: str) -> Subject:
     return Subject(kind="bench", name=name)
 
 
+def setting_subject(knob: str, target: str) -> Subject:
+    """One setting agentd enforces on one thing (``[enforce]``): ``pfc@ens1np0``, ``tclass@mlx5_0:1``, ``peermem@node``."""
+    return Subject(kind="setting", name=knob, path=target)
+
+
 def utc_text(unix_time: float) -> str:
     """RFC 3339 UTC to the second: 2026-11-24T03:12:40Z (a time no calendar holds: as given)."""
     try:

@@ -13,12 +13,16 @@ Series one node exports at the default settings and with every `[metrics]` detai
 running daemon adds about 40 of its own: collection tiers, written files, process). A fleet
 multiplies these by its node count: 10,000 h100-ib nodes carry about 11 M series at the
 defaults, 25 M with all detail on. `tests/golden/test_series_budget.py` measures them and
-fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
+fails when h100-ib exceeds 1,200 at the defaults or with every `[enforce]` knob named, or
+this table is out of date. With `enforce.mode = "apply"` the enforcer adds its counters
+(`agentd_enforce_applies_total`, `_failures_total`, `_stuck` per named knob, the window,
+the last apply time once a change was made): 4 to 5 series a knob.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,139 | 2,714 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,003 | 5,002 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,143 | 2,718 |
+| `h100-ib with [enforce]` (mode plan, every knob named: `agentd_enforce_info`, `agentd_enforce_drift` per knob) | 1,152 | 2,727 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,007 | 5,006 |
 | `no-gpu-no-hca` (a node without GPUs or HCAs) | 103 | 103 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in

@@ -89,6 +89,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_ib_port_pma_saturated", G, "1 for a fixed-width PMA counter that sits at its maximum and has stopped counting (rate() would read 0); only saturated counters have a series. Reset it with perfquery -R.", ("device", "port", "counter")),
     Family("agentd_roce_ecn_enabled", G, "ECN for RoCE per priority from /sys/class/net/IF/ecn/roce_{np,rp}/enable (np: notification point, rp: reaction point).", ("netdev", "priority", "point")),
     Family("agentd_roce_pfc_enabled", G, "1 when priority flow control is on for the priority.", ("netdev", "priority")),
+    Family("agentd_netdev_pause_enabled", G, "1 when global (802.3x link-level) pause is on in the direction (ethtool -a; rx: pause frames are obeyed, tx: sent); RoCE ports with PFC keep it off.", ("netdev", "direction")),
     Family("agentd_roce_pfc_pause_frames_total", C, f"PFC pause frames per priority (ethtool rx/tx_prioN_pause). {_OTHER}", ("netdev", "priority", "direction")),
     Family("agentd_roce_pfc_pause_duration_seconds_total", C, f"Time paused per priority (ethtool rx/tx_prioN_pause_duration, microseconds / 1e6). {_OTHER}", ("netdev", "priority", "direction")),
     Family("agentd_roce_priority_bytes_total", C, f"Bytes per priority (ethtool rx/tx_prioN_bytes). {_OTHER}", ("netdev", "priority", "direction")),
@@ -257,6 +258,9 @@ def render(x: Exposition, s: MetricsSource) -> None:
             enabled = set(n.pfc.enabled)
             for prio in range(8):
                 x.add("agentd_roce_pfc_enabled", (name, prio), prio in enabled)
+        if n.pause is not None:
+            x.add("agentd_netdev_pause_enabled", (name, "rx"), n.pause.rx)
+            x.add("agentd_netdev_pause_enabled", (name, "tx"), n.pause.tx)
         if n.ethtool:
             _ethtool(x, name, n.ethtool, keep)
 

@@ -11,7 +11,7 @@ from agentd.judging.expected import Expected
 from agentd.judging.placement import Placement
 from agentd.judging.roles import RolesSource
 from agentd.model import Finding, NodeSnapshot
-from agentd.records import FileStatus, ReloadStatus, TierRun
+from agentd.records import EnforceStatus, FileStatus, ReloadStatus, TierRun
 
 
 class MetricsSource(Protocol):
@@ -69,4 +69,6 @@ class MetricsSource(Protocol):
     def process(self) -> Mapping[str, float]: ...
     @property
     def bench(self) -> object: ...
+    @property
+    def enforce(self) -> EnforceStatus | None: ...  # the daemon's enforcer
     def placement(self) -> Placement | None: ...  # agentd.judging.placement, computed once per source

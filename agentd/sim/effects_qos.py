@@ -8,6 +8,7 @@ faults on one netdev compose (clearing any of them restores the whole file).
 
 from __future__ import annotations
 
+from agentd.base import recorded
 from agentd.sim.net import Qos, parse_mlnx_qos
 from agentd.sim.node import NCCL_CONF
 from agentd.sim.pristine import pristine_root
@@ -89,6 +90,23 @@ def dscp_map_lossy_apply(ctx: Ctx, t: Target, prio: int) -> None:
     table.pop(dscp, None)
     # `mlnx_qos --dscp2prio set,D,P` adds an app entry; the kernel lists it first
     _write_qos(ctx, t, Qos(q.pfc, "dscp", {dscp: prio, **table}))
+
+
+# -- global pause (the `ethtool -a` stand-in) ---------------------------------------------
+
+
+def _pause(t: Target) -> str:
+    return f"{recorded.DIR}/{recorded.PAUSE}/{t.netdev}"
+
+
+def pause_on_apply(ctx: Ctx, t: Target, which: str) -> None:
+    rel = _need(ctx, _pause(t))
+    rx, tx = which in ("rx", "both"), which in ("tx", "both")
+    write_attr(ctx.path(rel), recorded.format_ethtool_a(t.netdev or "", False, rx, tx), newline=False)
+
+
+def pause_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
+    return [_pause(t)]
 
 
 # -- /etc/nccl.conf -----------------------------------------------------------------------

@@ -133,6 +133,8 @@ _KINDS = [
          Q.trust_pcp_apply, Q.dcb_restores),
     Kind("dscp_map_lossy", "roce", "the mlnx_qos stand-in's dscp2prio table maps the DSCP RDMA traffic is marked with (the profile's NCCL_IB_TC >> 2 = 26) to priority VALUE (default 0; not the RoCE priority), listed first in that priority's row as mlnx_qos shows a changed entry (PFC unchanged)",
          Q.dscp_map_lossy_apply, Q.dcb_restores, _int(0, 7), _const(0), "priority (default 0)"),
+    Kind("pause_on", "roce", "the `ethtool -a` stand-in (.agentd/pause/<if>) says global pause RX and TX on (VALUE both, the default; rx or tx: only that one), as an mlx5 port has it before its PFC setup turns it off",
+         Q.pause_on_apply, Q.pause_restores, _choice("rx", "tx", "both"), _const("both"), "rx|tx|both"),
     Kind("nccl_tc_mismatch", "none", "etc/nccl.conf says NCCL_IB_TC=VALUE (default 0; other lines kept; the file is created where the profile has none)",
          Q.nccl_tc_mismatch_apply, Q.nccl_conf_restores, _int(0, 255), _const(0), "traffic class (default 0)"),
     Kind("roce_lossy_traffic", "roce", "ethtool tx_prio0_bytes and tx_vport_rdma_unicast_bytes += N (default 10^11), the HCA port's counters/port_xmit_data += N/4 (4-byte words): RDMA traffic sent on priority 0, which has no PFC; applying again adds more (advanced, as pause_storm)",

@@ -69,6 +69,7 @@ class Scope:
     severity: str  # ... at this severity ("ok": a fact, shown by `agentd check --all` and /checks)
     note: str = ""
     needs: str = ""  # configuration beyond the defaults it needs to show
+    instead: tuple[str, ...] = ()  # codes that show in its place on some profiles (the note says where)
 
     @property
     def finding(self) -> str:
@@ -79,7 +80,8 @@ SCOPES: dict[str, Scope] = {
     "port_down": Scope(ANY, "ib.port.down", "critical"),
     "rate_degraded": Scope(ANY, "ib.port.rate_degraded", "critical"),
     "flapping": Scope(ANY, "ib.port.flapping", "critical"),
-    "peermem_gone": Scope(ANY, "gdr.path", "ok", "DMA-BUF keeps GDR: a fact, shown with --all"),
+    "peermem_gone": Scope(ANY, "gdr.path", "ok", "DMA-BUF keeps GDR: a fact, shown with --all; gdr.unavailable critical where the GPU "
+                          "driver is the proprietary module, which has no DMA-BUF (pcie-4gpu)", instead=("gdr.unavailable",)),
     "dmabuf_only": Scope(ANY, "gdr.path", "ok", "a fact, shown with --all"),
     "no_gdr": Scope(ANY, "gdr.unavailable", "critical"),
     "pcie_downtrained": Scope(ANY, "pcie.link.downtrained", "warning"),
@@ -91,6 +93,7 @@ SCOPES: dict[str, Scope] = {
     "ecn_off": Scope(ROCE, "roce.ecn.disabled", "critical"),
     "pfc_off": Scope(ROCE, "roce.pfc.disabled", "critical"),
     "pause_storm": Scope(ROCE, "roce.pfc.pause_storm", "critical"),
+    "pause_on": Scope(ROCE, "roce.pause.global", "warning"),
     "tclass_override": Scope(ROCE, "roce.qos.tclass_override", "warning"),
     "trust_pcp": Scope(ROCE, "roce.qos.trust_mismatch", "warning"),
     "dscp_map_lossy": Scope(ROCE, "roce.qos.lossy", "critical"),

@@ -16,7 +16,8 @@ rx/tx_prioN_pause, *_pause_duration, rx_vport_rdma_unicast_bytes, rx/tx_discards
 link_down_events_phy; a short igb set for eno1). ``.agentd/dcb/<if>`` holds
 ``mlnx_qos -i <if>`` text for each mlx5 Ethernet netdev, in the format of the captured
 att/netarbiter output: trust dscp, the default dscp2prio map (DSCP d -> priority d >> 3),
-PFC on the profile's RoCE priority only. ``parse_mlnx_qos`` reads that text back (for the
+PFC on the profile's RoCE priority only; ``.agentd/pause/<if>`` its ``ethtool -a`` text:
+global pause off (rx, tx, autoneg), as a RoCE port configured for PFC has it. ``parse_mlnx_qos`` reads that text back (for the
 QoS faults, which change one part and keep the rest).
 """
 
@@ -208,3 +209,5 @@ def write_netdevs(root: Path, profile: Profile, layout: dict[str, PciNode]) -> N
             write_ecn(d)
             write_attr(sim / "ethtool" / hca.netdev, format_ethtool(ethtool_stats(hca, index)), newline=False)
             write_attr(sim / "dcb" / hca.netdev, format_mlnx_qos(profile.roce_priority), newline=False)
+            # global pause off, as on a RoCE port configured for PFC (mlx5 boots with it on)
+            write_attr(sim / recorded.PAUSE / hca.netdev, recorded.format_ethtool_a(hca.netdev, False, False, False), newline=False)

@@ -326,7 +326,7 @@ def _pcie_4gpu() -> Profile:
     hbs.sort(key=lambda h: h.domain_bus)
     return Profile(
         name="pcie-4gpu",
-        description="4x L40S (PCIe, no NVLink), 2x ConnectX-6 HDR IB, one NIC per socket (GPUs 2-3 SYS from mlx5_0, 0-1 SYS from mlx5_1)",
+        description="4x L40S (PCIe, no NVLink), 2x ConnectX-6 HDR IB, one NIC per socket (GPUs 2-3 SYS from mlx5_0, 0-1 SYS from mlx5_1), proprietary GPU module (GDR via nvidia-peermem only)",
         hostname="sim-pcie-4gpu-01",
         nr_cpus=128,
         numa_cpulists=("0-31,64-95", "32-63,96-127"),
@@ -335,6 +335,9 @@ def _pcie_4gpu() -> Profile:
         boot_nic=boot,
         gpu_name="NVIDIA L40S",
         nvlinks_per_gpu=0,
+        # the proprietary kernel module, as many PCIe L40S nodes run it: no DMA-BUF, so
+        # GPUDirect RDMA depends on nvidia-peermem (peermem_gone is gdr.unavailable here)
+        open_module=False,
     )
 
 

@@ -118,7 +118,7 @@ install -m 0755 "$repo/packaging/slurm/agentd-healthcheck" "$stage/usr/sbin/agen
 install -m 0644 "$repo/systemd/agentd.service" "$stage/lib/systemd/system/agentd.service"
 install -m 0644 "$repo/systemd/agentd.toml.example" "$stage/etc/agentd/agentd.toml"
 for f in agentd-listen.conf.example agentd-acs.conf.example agentd-bench.conf.example \
-    agentd-nvidia-group.conf.example agentd.toml.example; do
+    agentd-nvidia-group.conf.example agentd-enforce.conf.example agentd.toml.example; do
     install -m 0644 "$repo/systemd/$f" "$stage/usr/share/doc/agentd/examples/$f"
 done
 install -m 0644 "$repo/packaging/slurm/README.md" "$stage/usr/share/doc/agentd/slurm.md"

@@ -112,6 +112,7 @@ FAULTS = {
     "ecn_off": ("h100-roce", lambda d: not netdev(d, port(d)["netdev"])["ecn"]["np"]["3"] and not netdev(d, port(d)["netdev"])["ecn"]["rp"]["3"]),
     "pfc_off": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["pfc"]["enabled"] == []),
     "pause_storm": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["ethtool"]["rx_prio3_pause"] >= 10**7),
+    "pause_on": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["pause"] == {"autoneg": False, "rx": True, "tx": True}),
     "nvlink_down": ("h100-ib", lambda d: d["nvml"]["gpus"][0]["nvlinks"][0]["state"] == "down"),
     "nvlink_errors": ("h100-ib", lambda d: d["nvml"]["gpus"][0]["nvlinks"][0]["errors"]["crc_flit"] > 0),
     "gpu_lost": ("h100-ib", lambda d: gpu0(d)["in_nvml"] is False),

@@ -30,7 +30,10 @@ def command_lines(text: str) -> list[tuple[str, bool]]:
     out = []
     for block in FENCE.finditer(text):
         body = block.group(0).split("\n", 1)[1].rsplit("\n", 1)[0].replace("\\\n", " ")
-        out += [(line.strip(), True) for line in body.splitlines() if COMMAND.match(line.strip())]
+        lines = [line.strip() for line in body.splitlines()]
+        if any(line.startswith("$ ") for line in lines):  # a transcript: the commands are the prompted lines, the rest is output
+            lines = [line for line in lines if line.startswith("$ ")]
+        out += [(line, True) for line in lines if COMMAND.match(line)]
     for span in CODE_SPAN.finditer(FENCE.sub("", text)):
         inner = span.group(0).strip("`").strip()
         if COMMAND.match(inner) and "\n" not in inner:
@@ -44,6 +47,7 @@ def words_of(line: str) -> list[str]:
     if "[" in line:  # a synopsis: [--a | --b]
         line = line.replace("|", " ").replace("[", " ").replace("]", " ")
     else:
+        line = re.split(r"\s(?:&&|\|\||;)\s", line)[0]  # a list: the first command (agentd check && scontrol ...)
         line = line.split("|")[0].split(">")[0]  # a pipe or redirect after the command
     words = shlex.split(line)
     while words and not words[0].endswith("agentd"):

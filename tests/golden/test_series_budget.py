@@ -16,7 +16,7 @@ import pytest
 
 from agentd import sim
 from agentd.collection.collector import collect_once
-from agentd.config import AgentConfig, MetricsDetail
+from agentd.config import KNOBS, AgentConfig, MetricsDetail
 from agentd.daemon.exposition import REGISTRY
 from agentd.daemon.state import State
 from agentd.host.fs import HostRoot
@@ -36,9 +36,12 @@ def series(text: str) -> int:
     return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
 
-def render(root: Path, detail: dict[str, bool]) -> str:
-    """/metrics of one collection of ``root`` with the given [metrics] settings."""
-    config = AgentConfig(host_root=root, metrics=detail)
+ENFORCE_ALL = {"mode": "plan", "knobs": list(KNOBS)}  # [enforce] reporting drift for every knob (issue 35)
+
+
+def render(root: Path, detail: dict[str, bool], enforce: dict | None = None) -> str:
+    """/metrics of one collection of ``root`` with the given [metrics] (and [enforce]) settings."""
+    config = AgentConfig(host_root=root, metrics=detail, enforce=enforce or {})
     snap = collect_once(HostRoot.at(root), config)
     ev = evaluate(snap, [snap], config, None)
     now = time.time()
@@ -60,6 +63,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, i
             else:
                 sim.build_tree(node, root)
             out[node] = (series(render(root, {})), series(render(root, ALL_DETAIL)))
+            if node == "h100-ib":
+                out["h100-ib with [enforce]"] = (series(render(root, {}, ENFORCE_ALL)), series(render(root, ALL_DETAIL, ENFORCE_ALL)))
     return out
 
 
@@ -74,6 +79,8 @@ def test_h100_ib_stays_within_the_budget(measured: dict[str, tuple[int, int]]) -
     defaults, detail = measured["h100-ib"]
     assert defaults <= H100_IB_LIMIT, f"h100-ib exports {defaults} series at the defaults (budget {H100_IB_LIMIT})"
     assert detail > defaults, "the [metrics] detail keys add no series"
+    enforced, _ = measured["h100-ib with [enforce]"]
+    assert defaults < enforced <= H100_IB_LIMIT, f"h100-ib exports {enforced} series with every [enforce] knob named in mode plan"
 
 
 def test_the_daemons_golden_exposition_stays_within_the_budget() -> None:

@@ -76,13 +76,13 @@ def test_request_layout():
 
 def test_parse_pfc_and_trust_dscp():
     data = dcb_reply(3, ETS + nla(dcb.DCB_ATTR_IEEE_PFC, ieee_pfc(0b00001000)) + TRUST_DSCP_PCP)
-    assert parse_reply(data, 3) == (True, PfcConfig(enabled=(3,), trust="dscp", source="dcbnl"))
+    assert parse_reply(data, 3) == (True, PfcConfig(enabled=(3,), trust="dscp", source="dcbnl", apptrust=True))
 
 
 def test_parse_trust_pcp_and_several_priorities():
     data = dcb_reply(1, nla(dcb.DCB_ATTR_IEEE_PFC, ieee_pfc(0b10010001)) + TRUST_PCP)
     answered, cfg = parse_reply(data, 1)
-    assert answered and cfg == PfcConfig(enabled=(0, 4, 7), trust="pcp", source="dcbnl")
+    assert answered and cfg == PfcConfig(enabled=(0, 4, 7), trust="pcp", source="dcbnl", apptrust=True)
 
 
 def test_parse_without_trust_table_is_trust_none():
@@ -160,7 +160,7 @@ def test_live_loop_maps_answers(monkeypatch):
     monkeypatch.setattr(dcb, "_open_socket", lambda: FakeSocket(replies))
     ctx = ReadContext(HostRoot.at("/"), "dcb")
     out = read_pfc(ctx, ["eth4", "veth0", "eth5", "eth6", "eth7"])
-    assert out == {"eth4": PfcConfig(enabled=(3,), trust="dscp", source="dcbnl")}
+    assert out == {"eth4": PfcConfig(enabled=(3,), trust="dscp", source="dcbnl", apptrust=True)}
     kinds = {e.path: e.kind for e in ctx.errors}
     assert kinds == {
         "netlink(RTM_GETDCB, eth5)": "unreadable",

@@ -39,6 +39,7 @@ EXPECT = {
     "ecn_off": (ROCE, "ecn_off", ("roce.ecn.disabled", "critical", "ens1np0")),
     "pfc_off": (ROCE, "pfc_off", ("roce.pfc.disabled", "critical", "ens1np0")),
     "pause_storm": (ROCE, "pause_storm", ("roce.pfc.pause_storm", "critical", "ens1np0")),
+    "pause_on": (ROCE, "pause_on", ("roce.pause.global", "warning", "ens1np0")),
     "nvlink_down": ("h100-ib", "nvlink_down", ("nvlink.link.down", "critical", "gpu0:link0")),
     "nvlink_errors": ("h100-ib", "nvlink_errors", ("nvlink.link.errors", "warning", "gpu0:link0")),
     "gpu_lost": ("h100-ib", "gpu_lost", ("gpu.lost", "critical", "gpu0")),

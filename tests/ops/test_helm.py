@@ -354,6 +354,25 @@ def test_kernel_log_and_udev(full: list[dict]) -> None:
     assert mounts["/host/sys"]["readOnly"] is True and mounts["/host/proc"]["readOnly"] is True
 
 
+def test_enforce_is_off_by_default_and_grants_what_its_knobs_need(default: list[dict], full: list[dict]) -> None:
+    assert not [e for e in _env(default) if e.startswith("AGENTD_ENFORCE")]
+    assert "add" not in _agentd(default)["securityContext"]["capabilities"]
+    env = {k: v for k, v in _env(full).items() if k.startswith("AGENTD_ENFORCE")}
+    cfg = load_config(None, environ=env)
+    assert (cfg.enforce.mode, cfg.enforce.knobs, cfg.enforce.netdevs) == ("apply", ["mtu", "pfc", "trust", "dscp2prio", "pause"], ["ens*np0"])
+    assert _mounts(full)["/host/sys"]["readOnly"] is True  # the netlink knobs need no sysfs writes
+    netlink = render({"enforce": {"enabled": True, "knobs": ["mtu", "pfc"]}})
+    sc = _agentd(netlink)["securityContext"]
+    assert (sc["runAsUser"], sc["privileged"], sc["capabilities"]["add"]) == (0, False, ["NET_ADMIN"])
+    assert _mounts(netlink)["/host/sys"]["readOnly"] is True
+    sysfs = render({"enforce": {"enabled": True, "knobs": ["ecn", "tclass"]}})
+    sc = _agentd(sysfs)["securityContext"]
+    assert (sc["runAsUser"], sc["privileged"], sorted(sc["capabilities"]["add"])) == (0, False, ["DAC_OVERRIDE", "NET_ADMIN"])
+    assert _mounts(sysfs)["/host/sys"]["readOnly"] is False and _mounts(sysfs)["/host/proc"]["readOnly"] is True
+    with pytest.raises(helm_python.HelmError):
+        render({"enforce": {"enabled": True, "knobs": ["peermem"]}})  # not offered in a pod
+
+
 def test_full_values_reach_the_pod(full: list[dict], tmp_path: Path) -> None:
     pod = _pod(full)
     c = _agentd(full)

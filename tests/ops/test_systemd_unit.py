@@ -215,6 +215,28 @@ def test_acs_dropin_grants_only_cap_sys_admin_outside_userns() -> None:
     assert s == {"AmbientCapabilities": "CAP_SYS_ADMIN", "CapabilityBoundingSet": "CAP_SYS_ADMIN", "PrivateUsers": "no"}
 
 
+def test_enforce_dropin_grants_only_cap_net_admin_as_shipped() -> None:
+    """The netlink knobs' capability; the sysfs and module parts are there commented out."""
+    path = SYSTEMD / "agentd-enforce.conf.example"
+    s = {k: v[-1] for k, v in _settings(path).items()}
+    assert s == {"AmbientCapabilities": "CAP_NET_ADMIN", "CapabilityBoundingSet": "CAP_NET_ADMIN"}
+    commented = {line[1:].split("=", 1)[0] for line in path.read_text().splitlines() if line.startswith("#") and "=" in line and " " not in line.split("=", 1)[0]}
+    assert commented == {"AmbientCapabilities", "CapabilityBoundingSet", "ProtectKernelTunables", "ProtectKernelModules", "SystemCallFilter"}
+
+
+@pytest.mark.proc
+@needs_analyze
+def test_enforce_dropin_with_every_part_verifies(tmp_path: Path) -> None:
+    full = tmp_path / "agentd-enforce-all.conf.example"
+    full.write_text("\n".join(line[1:] if line.startswith("#") and "=" in line and " " not in line.split("=", 1)[0] else line
+                              for line in (SYSTEMD / "agentd-enforce.conf.example").read_text().splitlines()) + "\n")
+    (tmp_path / "u").mkdir()
+    unit = _install(tmp_path / "u", [full])
+    proc = subprocess.run([ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
+    print(f"agentd-enforce.conf.example, every part: exposure {_exposure(unit)}")
+
+
 def test_listen_dropin_matches_config_syntax() -> None:
     s = _settings(SYSTEMD / "agentd-listen.conf.example")
     envs = dict(e.split("=", 1) for e in s["Environment"])

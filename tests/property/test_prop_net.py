@@ -138,7 +138,8 @@ def test_parse_ieee_get_round_trips(pfc_en: int | None, apps: list[tuple[int, in
         want = {dcb.IEEE_8021QAZ_APP_SEL_DSCP: "dscp", dcb.DCB_APP_SEL_PCP: "pcp"}.get(trust[0]) if trust else None
     else:
         want = "dscp" if mapping else None
-    assert cfg == PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=want, source="dcbnl", dscp2prio=mapping)
+    assert cfg == PfcConfig(enabled=tuple(p for p in range(8) if pfc_en >> p & 1), trust=want, source="dcbnl", dscp2prio=mapping,
+                            apptrust=trust is not None)
 
 
 def _decode(data: bytes, seq: int) -> None:

@@ -63,7 +63,7 @@ def test_profile_builds_with_its_inventory(roots, profile):
     assert [g["pci_bus_id"] for g in nvml["gpus"]] == prof.gpu_bdfs
     assert {len(g["nvlinks"]) for g in nvml["gpus"]} == {prof.nvlinks_per_gpu}
     assert (root / "sys/module/nvidia_peermem/version").read_text() == prof.driver_version + "\n"
-    assert "Open Kernel Module" in (root / "proc/driver/nvidia/version").read_text()
+    assert ("Open Kernel Module" in (root / "proc/driver/nvidia/version").read_text()) == prof.open_module
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -174,7 +174,7 @@ def test_build_refuses_foreign_dirs_and_replaces_sim_roots(tmp_path):
 
 GB200_ONLY = {"fabric_unassigned", "fabric_health", "fabric_domain_split", "c2c_down", "imex_down"}
 NOT_ON = {
-    "pcie-4gpu": {"ecn_off", "pfc_off", "pause_storm", "tclass_override", "trust_pcp", "dscp_map_lossy", "roce_lossy_traffic", "nvlink_down", "nvlink_errors", "fabric_incomplete", "fabric_status", "nvlink_slow", "fm_down"} | GB200_ONLY,
+    "pcie-4gpu": {"ecn_off", "pfc_off", "pause_on", "pause_storm", "tclass_override", "trust_pcp", "dscp_map_lossy", "roce_lossy_traffic", "nvlink_down", "nvlink_errors", "fabric_incomplete", "fabric_status", "nvlink_slow", "fm_down"} | GB200_ONLY,
     "h100-ib": GB200_ONLY,
     "h100-roce": GB200_ONLY,
     "gb200-nvl": {"fm_down"},
@@ -359,7 +359,7 @@ def test_readers_see_the_profile(roots, profile):
         nd = snap.netdev(name)
         assert nd.pfc.enabled == (3,) and nd.ecn.np[3] and nd.ecn.rp[3] and nd.ethtool["rx_prio3_pause"] == 2112
     assert snap.netdev(prof.boot_nic.netdev).mtu == 1500 and snap.netdev("lo").is_virtual
-    assert snap.gdr.peermem_loaded and snap.gdr.nvidia_open_module and snap.gdr.dmabuf_kernel_ok
+    assert snap.gdr.peermem_loaded and snap.gdr.nvidia_open_module == prof.open_module and snap.gdr.dmabuf_kernel_ok
     assert len(snap.system.numa_nodes) == 2 and snap.system.arch == prof.arch
     assert snap.system.cpu_model == (None if prof.arch == "aarch64" else 143)
     by_bus = {g.pci_bus_id: g for g in snap.gpus}

@@ -11,6 +11,7 @@ from typing import Callable
 
 from agentd.judging.checks import (
     collect,
+    drift,
     fabric,
     gdr,
     ib,
@@ -60,6 +61,7 @@ CHECKS: tuple[Check, ...] = (
     probes.check_probes,
     versions.check_versions,
     collect.check_collect,
+    drift.check_config_drift,
 )
 
 

@@ -6,6 +6,10 @@ ECN and DCB settings):
   or reaction point (rp) is off for ``roce.priority``; judged only where readable;
 - ``roce.pfc.disabled`` (critical, when ``roce.require_pfc``): the PFC configuration was
   read and ``roce.priority`` is not among the enabled priorities;
+- ``roce.pause.global`` (warning, when ``roce.require_pfc``): global (802.3x) pause is on
+  (rx or tx): it pauses every priority at once, so congestion of any class stalls RDMA too;
+  with PFC on ``roce.priority`` it belongs off (what NVIDIA's NIC configuration operator
+  sets). Judged only where the pause parameters were read;
 - ``roce.pfc.pause_storm`` (critical): ethtool ``rx_prio<N>_pause``/``tx_prio<N>_pause``
   frames per second above ``thresholds.pause_storm_per_s`` for any priority. A pause storm
   can stall the fabric with no drop counter moving (NVIDIA/daqiri#250). Measured over the
@@ -42,7 +46,14 @@ CNP_COUNTERS = (
 )
 
 
+def judged_netdevs(inp: CheckInput) -> list[Netdev]:
+    """The RoCE compute netdevs, and for a bond each of its slaves (where mlx5 keeps ECN,
+    DCB and pause), sorted by name: what this check judges and ``[enforce]`` sets."""
+    return [nd for nd, _ in _judged_netdevs(inp)]
+
+
 def _judged_netdevs(inp: CheckInput) -> list[tuple[Netdev, Hca | None]]:
+    """judged_netdevs, each with the HCA of its port (its firmware decides how ECN is read)."""
     out: dict[str, tuple[Netdev, Hca | None]] = {}
     for hca, _, nd in roce_compute_ports(inp):
         h = inp.snapshot.hca(hca)
@@ -114,6 +125,30 @@ def _pfc(nd: Netdev, prio: int) -> Finding | None:
     )
 
 
+def pause_off(nd: Netdev) -> bool | None:
+    """Global pause off (rx and tx) on ``nd``; None when its pause parameters were not read.
+    The one rule for this check and for what ``[enforce] pause`` makes true."""
+    if nd.pause is None:
+        return None
+    return not nd.pause.rx and not nd.pause.tx
+
+
+def _global_pause(nd: Netdev) -> Finding | None:
+    if pause_off(nd) is not False or nd.pause is None:
+        return None
+    shown = f"rx {'on' if nd.pause.rx else 'off'}, tx {'on' if nd.pause.tx else 'off'}"
+    return finding(
+        "roce.pause.global",
+        "warning",
+        netdev_subject(nd.name),
+        f"global pause {shown}; expected off on a RoCE port with PFC (roce.require_pfc): it pauses every priority at once",
+        f"turn it off: `ethtool -A {nd.name} rx off tx off` (persistently via your NIC configuration tooling); "
+        "PFC on roce.priority keeps RDMA lossless without stalling the other classes",
+        measured=shown,
+        expected="rx off, tx off",
+    )
+
+
 def _pause_storm(inp: CheckInput, window: list[HistoryEntry], nd: Netdev) -> Finding | None:
     if nd.ethtool is None:
         return None
@@ -174,7 +209,7 @@ def _cnp(inp: CheckInput, window: list[HistoryEntry]) -> list[Finding]:
 
 
 def check_roce(inp: CheckInput) -> list[Finding]:
-    """roce.ecn.disabled, roce.ecn.not_uniform, roce.pfc.disabled, roce.pfc.pause_storm, roce.cnp.rate."""
+    """roce.ecn.disabled, roce.ecn.not_uniform, roce.pfc.disabled, roce.pause.global, roce.pfc.pause_storm, roce.cnp.rate."""
     cfg = inp.config.roce
     window = changes(in_window(inp.history, inp.snapshot.taken_at, inp.config.thresholds.short_rate_window_s), lambda s: s.netdevs, lambda s: s.hcas)
     out: list[Finding] = []
@@ -182,6 +217,7 @@ def check_roce(inp: CheckInput) -> list[Finding]:
         for f in (
             _ecn(nd, cfg.priority, hca) if cfg.require_ecn else None,
             _pfc(nd, cfg.priority) if cfg.require_pfc else None,
+            _global_pause(nd) if cfg.require_pfc else None,
             _pause_storm(inp, window, nd) if window else None,
         ):
             if f is not None:
