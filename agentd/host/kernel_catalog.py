@@ -102,6 +102,9 @@ _AER_RECEIVED_RE = re.compile(
 )
 _DEV_PREFIX_RE = re.compile(r"^\s*\S+ ([0-9a-fA-F]{4,8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 
+# Every driver name or wording ``feed`` looks for, as bytes: what ``wants`` lets through.
+_WANTED_RE = re.compile(rb"NVRM|nvswitch|peermem|AER|mlx5")
+
 _ERRORISH_RE = re.compile(
     r"\b(?:error|errors|fail|failed|failure|fatal|timeout|timed out|invalid|unable|lost|"
     r"not responding|exception|corrupt\w*)\b",
@@ -157,6 +160,11 @@ class Extractor:
         self._gpu_ttl = 0
         self._xid79: str | None = None
         self._xid79_ttl = 0
+
+    def wants(self, record: bytes) -> bool:
+        """Whether a raw record can hold a line this catalogue recognises (a cheap look at
+        its bytes; the records it skips are not fed, and do not age the context)."""
+        return _WANTED_RE.search(record, 0, MAX_MATCH_CHARS + 64) is not None
 
     def feed(self, message: str, fields: Mapping[str, str] | None = None) -> Extracted | None:
         if self._gpu_ttl > 0:
