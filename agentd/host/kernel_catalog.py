@@ -51,10 +51,12 @@ CONTEXT_RECORDS = 8  # how many records a GPU named by the driver stays the subj
 
 @dataclass(frozen=True)
 class Extracted:
-    kind: str  # "xid" | "sxid" | "gpu_off_bus" | "nvrm" | "peermem" | "mlx5" | "aer"
+    kind: str  # "xid" | "sxid" | "gpu_off_bus" | "nvrm" | "peermem" | "mlx5" | "aer" | "pcie"
     code: str
     device: str | None  # PCI bus id, sysfs spelling "dddd:bb:dd.f"; None when unnamed
     detail: str  # the message, one line, at most DETAIL_CHARS
+    fatal: bool | None = None  # the line's own "Fatal" (True) / "Non-fatal" (False) word
+    action: str | None = None  # the recovery action an Xid 154 names (RECOVERY_ACTIONS)
 
 
 # A bus id as the drivers print it: with or without domain, with or without function.
@@ -62,6 +64,18 @@ _LOOSE_BDF = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _LOOSE_BDF_RE = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?")
 
 _XID_RE = re.compile(r"NVRM: Xid \(([^)]{0,64})\): (\d{1,6})\b")
+# NVLink5 XIDs (144-150) print the unit's severity: "NETIR_LINK_EVT  Fatal   XC0 ...",
+# "RLW_SRC_TRACK Nonfatal XC1 ..." (leptonai/gpud's kmsg tests, tests/fixtures/kmsg/xid.txt)
+_FATAL_WORD_RE = re.compile(r"\b(Fatal|Nonfatal|Non-fatal)\b")
+# Xid 154: "GPU recovery action changed from 0x%x (%s) to 0x%x (%s)" (open-gpu-kernel-modules
+# src/nvidia/src/kernel/gpu/gpu.c, _gpuRefreshRecoveryActionInLock); the numbers are
+# NV2080_CTRL_GPU_RECOVERY_ACTION (ctrl2080gpu.h), the names _gpuRecoveryActionName's.
+_RECOVERY_ACTION_RE = re.compile(r"GPU recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) to 0x([0-9a-fA-F]+) \(")
+RECOVERY_ACTIONS: dict[int, str] = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset", 5: "recover_imex_domain"}
+# An RM status in an NVRM assertion: "... Assertion failed: GPU lost from the bus
+# [NV_ERR_GPU_IS_LOST] (0x0000000F) returned from ..." (nvassert.c prints nvstatusToString,
+# nvstatuscodes.h's text and name)
+_NV_ERR_RE = re.compile(r"\[(NV_ERR_GPU_IS_LOST|NV_ERR_RESET_REQUIRED)\]")
 _XID_ANY_RE = re.compile(r"NVRM: Xid\b")
 _NVRM_RE = re.compile(r"^\s*NVRM:")
 _THE_GPU_RE = re.compile(rf"NVRM: The NVIDIA GPU ({_LOOSE_BDF})\b")
@@ -70,16 +84,34 @@ _ANY_PCI_RE = re.compile(rf"PCI:({_LOOSE_BDF})\b")
 _OFF_BUS_RE = re.compile(r"fallen off the bus", re.IGNORECASE)
 _PROBE_FAILED_RE = re.compile(r"NVRM: The NVIDIA probe routine failed")
 
-_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(.{0,8})")
+_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(?:, (Fatal|Non-fatal|Nonfatal|Data)\b)?")
 _NVSWITCH_RE = re.compile(r"^\s*nvidia-nvswitch\d*:")
 
-_PEERMEM_RE = re.compile(r"^\s*nvidia-peermem\b")
+# nvidia-peermem's own lines ("nvidia-peermem nv_get_p2p_free_callback:127 ERROR ..."), the
+# module loader's for it ("nvidia_peermem: Unknown symbol ...") and MLNX_OFED's legacy
+# nv_peer_mem ("nv_peer_mem: disagrees about version of symbol ...", its own errors "nv_mem
+# <function>:<line> ...": Mellanox/nv_peer_memory nv_peer_mem.c, DRV_NAME "nv_mem")
+_PEERMEM_RE = re.compile(r"^\s*(?:nvidia[-_]peermem\b|nv_peer_mem\b|nv_mem \w+:\d+ )")
 _PEERMEM_INVALID_CTX_RE = re.compile(r"detected invalid context")
+# kernel/module/main.c: "%s: Unknown symbol %s (err %d)", "%s: disagrees about version of symbol %s"
+_MODULE_LOAD_FAILED_RE = re.compile(r"Unknown symbol|disagrees about version of symbol")
 
 _MLX5_RE = re.compile(r"^\s*mlx5_|\(mlx5_core\)")
 _MLX5_DEV_RE = re.compile(r"^\s*mlx5_core ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
+# The driver core's "mlx5_core: probe of 0000:06:00.0 failed with error -22" (before Linux
+# 6.10: drivers/base/dd.c pr_warn) names the function after the driver.
+_PROBE_OF_RE = re.compile(r"\bprobe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) failed")
 # First match wins: the more specific health lines before the generic ones.
 _MLX5_CODES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # the function is unusable: its page management or QP reset commands get no answer
+    # (wait_func's "<CMD>(0x...) timeout. Will cause a leak of a command resource")
+    ("fatal_cmd_timeout", re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) timeout")),
+    # health.c: "health recovery flow aborted, PCI reads still not working" (and "..., PCI channel offline")
+    ("recovery_aborted", re.compile(r"health recovery flow aborted")),
+    # health.c print_health_info: the health buffer reads all ones (the device left the bus)
+    ("slot_unavailable", re.compile(r"PCI slot is unavailable")),
+    # main.c probe_one/init_one, drivers/base/dd.c (both wordings)
+    ("probe_failed", re.compile(r"\bprobe of \S+ failed with error|probe with driver \S+ failed with error|mlx5_(?:init|load)_one failed with error code")),
     ("health_compromised", re.compile(r"health compromised", re.IGNORECASE)),
     ("unrecoverable", re.compile(r"unrecoverable", re.IGNORECASE)),
     ("fatal_error", re.compile(r"Fatal error \d+ detected")),
@@ -94,6 +126,23 @@ _MLX5_CODES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cmd_failed", re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
 )
 
+# Lines of the PCIe port services (drivers/pci/pcie) about a link's error recovery.
+_PCIE_RE = re.compile(r"AER|PCIe Bus Error|DPC|pciehp|Link Active not set")
+# aer.c aer_print_error: "PCIe Bus Error: severity=%s, type=%s, (%s)" (before 4.19 ", id=%04x(%s)")
+_BUS_ERROR_RE = re.compile(r"PCIe Bus Error: severity=(Corrected|Correctable|Uncorrected \(Non-Fatal\)|Uncorrectable \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Fatal\))")
+# dpc.c dpc_process_error: "containment event, status:%#06x source:%#06x" (until 6.16), and
+# since "containment event, status:%#06x, %s received from %04x:%02x:%02x.%d" or
+# "containment event, status:%#06x: <reason> detected"
+_DPC_RE = re.compile(r"DPC: containment event, status:0x[0-9a-fA-F]+(?: source:0x([0-9a-fA-F]{1,4})|, ERR_(?:NON)?FATAL received from (" + _LOOSE_BDF + r")|:)")
+# err.c pcie_do_recovery (dev_fmt "AER: "): "device recovery failed", "subordinate device
+# reset failed"; "device recovery successful" is not a fault
+_RECOVERY_FAILED_RE = re.compile(r"AER: device recovery failed")
+_RESET_FAILED_RE = re.compile(r"AER: subordinate device reset failed")
+# pciehp_ctrl.c: "Slot(%s): Link Down" ("Link Down/Up ignored" when DPC recovered the link)
+_LINK_DOWN_RE = re.compile(r"pciehp: Slot\([^)]*\): Link Down(?!/)")
+# pci.c pcie_wait_for_link_delay: "Data Link Layer Link Active not set in %d msec"
+_DLL_INACTIVE_RE = re.compile(r"Data Link Layer Link Active not set in \d+ msec")
+
 _AER_RECEIVED_RE = re.compile(
     r"AER: (?:Multiple )?"
     r"(Corrected|Correctable|Uncorrected \(Non-Fatal\)|Uncorrectable \(Non-Fatal\)"
@@ -103,7 +152,7 @@ _AER_RECEIVED_RE = re.compile(
 _DEV_PREFIX_RE = re.compile(r"^\s*\S+ ([0-9a-fA-F]{4,8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 
 # Every driver name or wording ``feed`` looks for, as bytes: what ``wants`` lets through.
-_WANTED_RE = re.compile(rb"NVRM|nvswitch|peermem|AER|mlx5")
+_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|mlx5")
 
 _ERRORISH_RE = re.compile(
     r"\b(?:error|errors|fail|failed|failure|fatal|timeout|timed out|invalid|unable|lost|"
@@ -142,6 +191,11 @@ def _detail(message: str) -> str:
     return _CONTROL_RE.sub(" ", message[: DETAIL_CHARS * 4]).strip()[:DETAIL_CHARS]
 
 
+def _requester(rid: int, domain: str | None) -> str | None:
+    """A PCIe requester id (bus << 8 | device << 3 | function) as a bus id."""
+    return normalize_bdf(f"{domain or '0000'}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}")
+
+
 def _aer_code(severity: str) -> str:
     if "Fatal" not in severity:
         return "corrected"
@@ -160,6 +214,7 @@ class Extractor:
         self._gpu_ttl = 0
         self._xid79: str | None = None
         self._xid79_ttl = 0
+        self._aer_ttl = 0  # records a root port's "error received" header covers
 
     def wants(self, record: bytes) -> bool:
         """Whether a raw record can hold a line this catalogue recognises (a cheap look at
@@ -175,15 +230,19 @@ class Extractor:
             self._xid79_ttl -= 1
             if self._xid79_ttl == 0:
                 self._xid79 = None
+        if self._aer_ttl > 0:
+            self._aer_ttl -= 1
         text = message[:MAX_MATCH_CHARS]
         if "NVRM" in text and _NVRM_RE.match(text):
             return self._nvrm(text, fields)
         if "nvswitch" in text and _NVSWITCH_RE.match(text):
             return self._nvswitch(text, fields)
-        if "peermem" in text and _PEERMEM_RE.match(text):
+        if "mem" in text and _PEERMEM_RE.match(text):
             return self._peermem(text, fields)
-        if "AER" in text:
-            return self._aer(text, fields)
+        if _PCIE_RE.search(text):
+            found = self._pcie(text, fields)
+            if found is not None or "mlx5" not in text:
+                return found
         if "mlx5" in text and _MLX5_RE.search(text):
             return self._mlx5(text, fields)
         return None
@@ -204,9 +263,25 @@ class Extractor:
             if code == "79":
                 self._xid79 = device
                 self._xid79_ttl = CONTEXT_RECORDS + 1
-            return Extracted("xid", code, device, detail)
+            rest = text[m.end() :]
+            word = _FATAL_WORD_RE.search(rest)
+            action = _RECOVERY_ACTION_RE.search(rest) if code == "154" else None
+            return Extracted(
+                "xid", code, device, detail,
+                fatal=None if word is None else word.group(1) == "Fatal",
+                action=None if action is None else RECOVERY_ACTIONS.get(int(action.group(1), 16), "unknown"),
+            )  # fmt: skip
         if _XID_ANY_RE.search(text):  # an Xid line we cannot read: counted, not lost
             return Extracted("nvrm", "other", _field_device(fields), detail)
+        status = _NV_ERR_RE.search(text)
+        if status is not None:  # an RM assertion that the GPU is lost, or needs a reset
+            named = _NVRM_GPU_BDF_RE.search(text) or _ANY_PCI_RE.search(text)
+            device = (_bdf(named.group(1)) if named else None) or self._gpu or _field_device(fields)
+            if status.group(1) == "NV_ERR_RESET_REQUIRED":
+                return Extracted("nvrm", "reset_required", device, detail)
+            if device is not None and device == self._xid79:
+                return None  # the Xid 79 already reported it
+            return Extracted("gpu_off_bus", "gpu_is_lost", device, detail)
         named = _NVRM_GPU_BDF_RE.search(text) or _THE_GPU_RE.search(text)
         device = _bdf(named.group(1)) if named else None
         if device is None:
@@ -229,10 +304,11 @@ class Extractor:
     def _nvswitch(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _SXID_RE.search(text)
         if m is not None:
-            if m.group(3).startswith(", Data"):
+            word = m.group(3)
+            if word == "Data":
                 return None  # the register dump of an SXid already counted
             device = _bdf(m.group(1)) or _field_device(fields)
-            return Extracted("sxid", str(int(m.group(2))), device, _detail(text))
+            return Extracted("sxid", str(int(m.group(2))), device, _detail(text), fatal=None if word is None else word == "Fatal")
         if _ERRORISH_RE.search(text):
             return Extracted("sxid", "other", _field_device(fields), _detail(text))
         return None
@@ -240,12 +316,14 @@ class Extractor:
     def _peermem(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         if _PEERMEM_INVALID_CTX_RE.search(text):
             return Extracted("peermem", "invalid_context", _field_device(fields), _detail(text))
+        if _MODULE_LOAD_FAILED_RE.search(text):  # the module did not load: no GPUDirect through it
+            return Extracted("peermem", "load_failed", None, _detail(text))
         if _ERRORISH_RE.search(text):
             return Extracted("peermem", "other", _field_device(fields), _detail(text))
         return None
 
     def _mlx5(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
-        m = _MLX5_DEV_RE.match(text)
+        m = _MLX5_DEV_RE.match(text) or _PROBE_OF_RE.search(text)
         device = normalize_bdf(m.group(1)) if m else _field_device(fields)
         for code, pattern in _MLX5_CODES:
             if pattern.search(text):
@@ -254,18 +332,37 @@ class Extractor:
             return Extracted("mlx5", "other", device, _detail(text))
         return None
 
-    def _aer(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
+    def _pcie(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
+        """AER errors (counted once: from the root port's header, or from the device's own
+        "PCIe Bus Error" line when no header came just before it) and the port services'
+        recovery: DPC containment, a recovery or reset that failed, a hotplug link down,
+        a link that did not come back."""
+        prefix = _DEV_PREFIX_RE.match(text)
+        printer = _bdf(prefix.group(0).split()[-1]) if prefix else _field_device(fields)
+        domain = printer.split(":")[0] if printer else None
         m = _AER_RECEIVED_RE.search(text)
-        if m is None:
-            return None  # "PCIe Bus Error" and status lines: details of a counted error
-        port = _DEV_PREFIX_RE.match(text)
-        domain = port.group(1) if port else None
-        if domain is None:
-            dev = _field_device(fields)
-            domain = dev.split(":")[0] if dev else None
-        if m.group(2):
-            device = _bdf(m.group(2), domain)
-        else:  # requester id: bus << 8 | device << 3 | function (before Linux 4.19)
-            rid = int(m.group(3), 16)
-            device = normalize_bdf(f"{domain or '0000'}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}")
-        return Extracted("aer", _aer_code(m.group(1)), device, _detail(text))
+        if m is not None:
+            self._aer_ttl = CONTEXT_RECORDS + 1  # the "PCIe Bus Error" lines after it are its details
+            if m.group(2):
+                device = _bdf(m.group(2), domain)
+            else:  # requester id: bus << 8 | device << 3 | function (before Linux 4.19)
+                device = _requester(int(m.group(3), 16), domain)
+            return Extracted("aer", _aer_code(m.group(1)), device, _detail(text))
+        bus_error = _BUS_ERROR_RE.search(text)
+        if bus_error is not None:
+            if self._aer_ttl > 0:
+                return None  # a detail of the error its header counted
+            # no header: firmware-first (APEI/GHES) platforms, or a log that dropped the
+            # header's KERN_INFO line: one event for the device that printed it
+            return Extracted("aer", _aer_code(bus_error.group(1)), printer, _detail(text))
+        dpc = _DPC_RE.search(text)
+        if dpc is not None:
+            source = _bdf(dpc.group(2), domain) if dpc.group(2) else None
+            if dpc.group(1) and int(dpc.group(1), 16):
+                source = _requester(int(dpc.group(1), 16), domain)
+            return Extracted("pcie", "dpc", source or printer, _detail(text))
+        for code, pattern in (("recovery_failed", _RECOVERY_FAILED_RE), ("reset_failed", _RESET_FAILED_RE),
+                              ("link_down", _LINK_DOWN_RE), ("link_inactive", _DLL_INACTIVE_RE)):
+            if pattern.search(text):
+                return Extracted("pcie", code, printer, _detail(text))
+        return None
