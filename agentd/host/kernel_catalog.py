@@ -109,12 +109,12 @@ _MLX5_CODES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # health.c: "health recovery flow aborted, PCI reads still not working" (and "..., PCI channel offline")
     ("recovery_aborted", re.compile(r"health recovery flow aborted")),
     # health.c print_health_info: the health buffer reads all ones (the device left the bus)
-    ("slot_unavailable", re.compile(r"PCI slot is unavailable")),
+    ("slot_unavailable", re.compile(r"PCI slot (?:\d+ )?is unavailable")),
     # main.c probe_one/init_one, drivers/base/dd.c (both wordings)
     ("probe_failed", re.compile(r"\bprobe of \S+ failed with error|probe with driver \S+ failed with error|mlx5_(?:init|load)_one failed with error code")),
     ("health_compromised", re.compile(r"health compromised", re.IGNORECASE)),
     ("unrecoverable", re.compile(r"unrecoverable", re.IGNORECASE)),
-    ("fatal_error", re.compile(r"Fatal error \d+ detected")),
+    ("fatal_error", re.compile(r"Fatal error (?:\d+ )?detected")),
     ("fw_syndrome", re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)")),
     ("cmd_timeout", re.compile(r"leak of a command resource|wait_func\w*:.*\btimeout\b")),
     ("slot_power", re.compile(r"insufficient power on the PCIe slot")),
@@ -357,6 +357,7 @@ class Extractor:
             return Extracted("aer", _aer_code(bus_error.group(1)), printer, _detail(text))
         dpc = _DPC_RE.search(text)
         if dpc is not None:
+            self._aer_ttl = CONTEXT_RECORDS + 1  # the port's own error lines after it are its details
             source = _bdf(dpc.group(2), domain) if dpc.group(2) else None
             if dpc.group(1) and int(dpc.group(1), 16):
                 source = _requester(int(dpc.group(1), 16), domain)

@@ -379,7 +379,7 @@ class KernelLogSource:
         key: Key = (ex.kind, ex.code, ex.device)
         if key not in self.counts and len(self.counts) >= MAX_COUNT_KEYS:
             key = (ex.kind, "other", None)
-        event = KernelEvent(seq=seq, at=at, kind=ex.kind, code=ex.code, device=ex.device, detail=ex.detail[:200])
+        event = KernelEvent(seq=seq, at=at, kind=ex.kind, code=ex.code, device=ex.device, detail=ex.detail[:200], fatal=ex.fatal, action=ex.action)
         self.events.append(event)
         self.latest[key] = event
         self.counts[key] = self.counts.get(key, 0) + 1

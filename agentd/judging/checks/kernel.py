@@ -104,23 +104,23 @@ def _label(e: KernelEvent, p: EventPolicy) -> str:
     return title or e.code.replace("_", " ")
 
 
-def _resets(events: tuple[KernelEvent, ...]) -> dict[str, float]:
-    """GPU bus id -> when the driver last said it was reset (``is_reset``)."""
-    out: dict[str, float] = {}
+def _resets(events: tuple[KernelEvent, ...]) -> dict[str, tuple[float, int]]:
+    """GPU bus id -> (when, seq) the driver last said it was reset (``is_reset``)."""
+    out: dict[str, tuple[float, int]] = {}
     for e in events:
         if e.device is not None and is_reset(e):
-            out[e.device] = max(out.get(e.device, e.at), e.at)
+            out[e.device] = max(out.get(e.device, (e.at, e.seq)), (e.at, e.seq))
     return out
 
 
-def _shown(e: KernelEvent, pol: EventPolicy, inp: CheckInput, resets: dict[str, float]) -> bool:
+def _shown(e: KernelEvent, pol: EventPolicy, inp: CheckInput, resets: dict[str, tuple[float, int]]) -> bool:
     """Whether the event still makes (or helps make) a finding at the snapshot's time."""
     cfg, now = inp.config.kernel, inp.snapshot.taken_at
     if pol.rule == "once" and pol.severity == "critical":
         if pol.until is None:
             return now - e.at <= cfg.hold_s
-        if pol.until == "reset" and e.device is not None and resets.get(e.device, -1.0) > e.at:
-            return False  # the GPU was reset after it
+        if e.device is not None and resets.get(e.device, (-1.0, -1)) > (e.at, e.seq):
+            return False  # the driver said the GPU was reset (its recovery action back to None) after it
         return cfg.reset_hold_s == 0 or now - e.at <= cfg.reset_hold_s
     return now - e.at <= cfg.window_s
 
@@ -136,7 +136,7 @@ def check_events(inp: CheckInput) -> list[Finding]:
                 "Give agentd the kernel log: the shipped unit has CAP_SYSLOG and /dev/kmsg; a container needs /dev/kmsg and CAP_SYSLOG where kernel.dmesg_restrict=1 (docs/runbooks.md#kernel-log).",
             )]  # fmt: skip
         return []
-    resets = _resets(log.events)
+    resets: dict[str, tuple[float, int]] = _resets(log.events)
     groups: dict[tuple[str, Subject], list[tuple[KernelEvent, EventPolicy]]] = defaultdict(list)
     for e in log.events:
         pol = policy_of(e)
