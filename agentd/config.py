@@ -120,6 +120,10 @@ class EventSettings(Section):
         "auto",
         description="Watch rtnetlink link notifications: a carrier or operstate change of an RDMA port's netdev (RoCE) or an IPoIB netdev collects the fast tier at once. auto: on a live host root only; on: any root (the notifications are always the running kernel's: for tests and benchmarks on a simulated root); off: the fast-tier poll only.",
     )
+    kmsg: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Watch the kernel log: a new /dev/kmsg record (it is pollable) reads the kernel log at once, so an XID reaches /health without waiting for the fast-tier poll. auto: on a live host root only; on: any root (a simulated or recorded root's dev/kmsg file is watched with inotify); off: the fast-tier poll only.",
+    )
 
 
 class Timeouts(Section):

@@ -59,6 +59,11 @@ async def run_daemon(
     return await daemon.run(on_listening=announce)
 
 
+# `agentd run --simulate` (the demo): kernel log faults hold this long (seconds), where a real
+# node holds an Xid 79 until it reboots and a one-off critical event a day.
+DEMO_KERNEL_HOLDS = {"hold_s": 30.0, "window_s": 30.0, "reset_hold_s": 30.0}
+
+
 def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Path:
     import tempfile
 
@@ -89,6 +94,13 @@ def main_run(args: argparse.Namespace) -> int:
             root = _simulated_root(simulate, getattr(args, "sim_dir", None), list(getattr(args, "fault", None) or []))
             overrides["host_root"] = str(root)
         config = load_config(args.config, overrides=overrides or None)
+        if simulate:
+            # a simulated log only grows: short holds (those the config leaves unset), so a
+            # kernel log fault's --clear-fault is seen
+            demo = {k: v for k, v in DEMO_KERNEL_HOLDS.items() if k not in config.kernel.model_fields_set}
+            if demo:
+                overrides["kernel"] = demo
+                config = load_config(args.config, overrides=overrides)
         if not (config.host_root / "sys").is_dir():
             print(f"agentd: host root {config.host_root} has no sys/ directory", file=sys.stderr)
             return 3
@@ -107,6 +119,9 @@ def main_run(args: argparse.Namespace) -> int:
               "never to the node's paths", flush=True)
     if simulate:
         print(f"agentd: inject a fault: agentd simulate --out {config.host_root} --fault port_down  (undo: --clear-fault port_down)", flush=True)
+        k = config.kernel
+        print(f"agentd: kernel log faults (xid, ...) hold {k.hold_s:g} s here (kernel.hold_s; window_s {k.window_s:g}, reset_hold_s {k.reset_hold_s:g}): "
+              "a cleared one recovers then", flush=True)
     if config.web.config_file is None:
         without_tls()
     import asyncio
