@@ -17,9 +17,9 @@ fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,139 | 2,714 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,003 | 5,002 |
-| `no-gpu-no-hca` (a node without GPUs or HCAs) | 103 | 103 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,141 | 2,716 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,005 | 5,004 |
+| `no-gpu-no-hca` (a node without GPUs or HCAs) | 104 | 104 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
 agentd.toml, docs/config.md):
