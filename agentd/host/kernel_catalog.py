@@ -15,25 +15,43 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
   id is attributed to the GPU the driver named within the last ``CONTEXT_RECORDS`` records
   (``NVRM: GPU at PCI:0000:9b:00: GPU-<uuid>`` heads the driver's multi-line reports).
   An Xid 79 is one event (kind "xid", code "79"); an off-bus line for the same GPU within
-  ``CONTEXT_RECORDS`` records after it is the same fault and gives nothing.
-- nvidia-nvswitch: ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...``. The
-  driver repeats an SXid as ``..., Data {0x.., 0x..}``: that line is not counted again.
-- nvidia-peermem: ``nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context``.
+  ``CONTEXT_RECORDS`` records after it is the same fault and gives nothing. What the line
+  itself says beside its code is kept with the event: the unit's "Fatal" / "Nonfatal" of
+  an NVLink5 Xid, the recovery action an Xid 154 names (``GPU recovery action changed from
+  0x%x (%s) to 0x%x (%s)``, gpu.c). RM assertions carry a status: ``[NV_ERR_GPU_IS_LOST]``
+  is a GPU off the bus, ``[NV_ERR_RESET_REQUIRED]`` a GPU that needs a reset (nvassert.c,
+  nvstatuscodes.h).
+- nvidia-nvswitch: ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...`` (its
+  "Fatal" / "Non-fatal" kept). The driver repeats an SXid as ``..., Data {0x.., 0x..}``:
+  that line is not counted again.
+- nvidia-peermem: ``nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context``;
+  the module loader's ``nvidia_peermem: Unknown symbol ...`` and MLNX_OFED's legacy
+  ``nv_peer_mem: disagrees about version of symbol ...`` (load failures).
 - mlx5_core: ``mlx5_core 0000:5a:00.0: <func>:<line>:(pid N): <text>`` (device from the
-  prefix, else from the record's ``DEVICE=+pci:...``).
+  prefix, or from the driver core's ``mlx5_core: probe of <bdf> failed``, else from the
+  record's ``DEVICE=+pci:...``): page-management and QP-reset command timeouts, "health
+  recovery flow aborted", "PCI slot [N] is unavailable", a failed probe, ...
 - PCIe AER (drivers/pci/pcie/aer.c). Counted from the root port's "error received" line
   (``AER: [Multiple ]Corrected error received: 0000:01:00.0``, ``... id=00e5`` on kernels
   before 4.19, ``Correctable error message received from 0000:06:00.0`` on 6.x), one per
   error message the root port took in, named after its source device. The "PCIe Bus Error:
-  severity=..." lines that follow are details of the same message, printed once for every
-  device that logged it (the port and the endpoint: one or two per error), so counting them
-  would count one error twice; they give nothing. Firmware-first (APEI/GHES) platforms print
-  only "PCIe Bus Error" lines: those errors are not counted here (a known gap).
+  severity=..." lines that follow (within ``CONTEXT_RECORDS``) are details of the same
+  message, printed once for every device that logged it (the port and the endpoint), so
+  they give nothing. One with no header before it (firmware-first APEI/GHES platforms, a
+  log that dropped the header's KERN_INFO line) is an error of the device that printed it.
+- PCIe error recovery (dpc.c, err.c, pciehp_ctrl.c, pci.c): DPC containment in both
+  wordings (``containment event, status:%#06x source:%#06x``; since 6.17 ``..., ERR_FATAL
+  received from <bdf>``), named after its source (the port when none; the port's Bus
+  Error lines after it are its details), "AER: device recovery failed", "AER: subordinate
+  device reset failed", ``pciehp: Slot(N): Link Down`` (not "Link Down/Up ignored") and
+  "Data Link Layer Link Active not set in N msec", each for the port that printed it.
+  "AER: device recovery successful" gives nothing.
 
 Lines from these drivers that match no known pattern but say something went wrong (an
 error word: error, fail, timeout, invalid, ...) are events with code "other"; their
 ordinary informational lines (module load, firmware version, link up) and every unrelated
-line give None.
+line give None. ``Extractor.wants`` says from a record's bytes whether any of this can be
+in it, so the reader parses and feeds only those (a flood of other lines costs a header).
 """
 
 from __future__ import annotations

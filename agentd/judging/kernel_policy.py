@@ -13,9 +13,16 @@ out. Severity follows NVIDIA's immediate resolution bucket:
 
 - RESET_GPU, RESTART_BM, RESTART_VM, WORKFLOW_XID_48 (DBE): the node must act ->
   critical, once (46, 48, 62, 64, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158).
+  RESET_GPU ones hold until the GPU is seen reset, RESTART_BM ones until the node reboots
+  (``EventPolicy.until``; the check says how).
 - RESTART_APP, IGNORE, CHECK_APP, CHECK_UVM, UPDATE_SWFW, WORKFLOW_XID_45 and XID_154
-  (informational about another Xid): the application failed, the node did not -> count
-  (13, 31, 43, 45, 68, ...); these must never degrade the node.
+  (informational about another Xid): the application failed, the node did not -> count,
+  shown as info (13, 31, 43, 45, 68, ...); these must never degrade the node.
+- The line's own words decide where it has them (``policy_of``): an NVLink5 Xid (or an
+  Xid newer than the table) that says "Fatal" is critical once; an Xid 154 is the
+  recovery action it names (GPU Reset Required, Drain and Reset: critical until reset;
+  Node Reboot Required: critical until reboot; Drain P2P, Recover IMEX Domain: warning;
+  None: info, and the GPU's reset).
 - CHECK_MECHANICALS (54, auxiliary power), CONTACT_SUPPORT -> warning, once.
 - WORKFLOW_NVLINK_ERR (74, Hopper NVLink): NVIDIA's workflow decodes the register bits; most
   say "hardware, check the link" -> critical, once (the finding's remediation names the workflow).
@@ -39,18 +46,24 @@ SXID (NVSwitch): the SXids leptonai/gpud lists from NVIDIA's Fabric Manager user
 (docs.nvidia.com/datacenter/tesla/pdf/fabric-manager-user-guide.pdf, "NVSwitch errors";
 gpud components/accelerator/nvidia/sxid/sxid.go): "always fatal" critical once,
 "potentially fatal" warning once, listed non-fatal ones (single-bit ECC, ...) count,
-unknown ones warning repeated (3). The driver's own "Fatal"/"Non-fatal" word is in the
-event's detail for the reader.
+unknown ones warning repeated (3); non-fatal listed ones count (info). An SXid whose line
+says "Fatal" is critical once, listed or not.
 
 mlx5 (ConnectX firmware/driver, following NVIDIA NVSentinel's NIC syslog detection design,
 docs.nvidia.com/nvsentinel/components/nic-health-monitor/syslog-detection-and-correlation):
-health compromised / unrecoverable / fatal error critical once; firmware command timeouts
-warning repeated (3); slot power, module temperature, cable errors warning once; the rest count.
+health compromised / unrecoverable / fatal error critical once; page-management and
+QP-reset command timeouts (NVSentinel: the function is unusable), health recovery aborted,
+PCI slot unavailable critical once; other firmware command timeouts warning repeated (3);
+a failed probe, slot power, module temperature, cable errors warning once; the rest count.
 
 PCIe AER: fatal critical once; non-fatal warning repeated (3); corrected warning repeated
-(100 in the window): corrected errors are routine on a healthy link, a storm is not.
+(100 in the window), info below it: corrected errors are routine on a healthy link, a
+storm is not. PCIe recovery: a failed recovery or subordinate reset critical once; DPC
+containment, a hotplug link down, a link that did not come back warning once.
 
-gpu_off_bus critical once; peermem invalid context warning repeated (3).
+gpu_off_bus (and NV_ERR_GPU_IS_LOST) critical once until reboot; NV_ERR_RESET_REQUIRED
+critical once until reset; peermem invalid context warning repeated (3), a load failure
+(unknown symbols) warning once.
 """
 
 from __future__ import annotations
