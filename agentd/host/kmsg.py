@@ -82,37 +82,16 @@ class KmsgRecord:
     fields: Mapping[str, str]  # the continuation lines, KEY -> VALUE
 
 
-def parse_record(record: bytes) -> KmsgRecord | None:
-    """One record as one read(2) of /dev/kmsg returns it; None when it is not one."""
-    head, sep, rest = record.partition(b";")
-    if not sep:
-        return None
-    parts = head.split(b",")
-    if len(parts) < 3:
-        return None
-    try:
-        prio, seq, usec = int(parts[0]), int(parts[1]), int(parts[2])
-    except ValueError:
-        return None
-    if prio < 0 or seq < 0 or usec < 0:
-        return None
-    lines = rest.split(b"\n")
-    message = lines[0][:MAX_MESSAGE_CHARS].decode("utf-8", "replace").rstrip("\r")
-    fields: dict[str, str] = {}
-    for line in lines[1:]:
-        if line.startswith(b" ") and b"=" in line and len(fields) < 16:
-            k, _, v = line[1:].partition(b"=")
-            fields[k.decode("utf-8", "replace")] = v[:256].decode("utf-8", "replace")
-    return KmsgRecord(prio & 7, prio >> 3, seq, usec, message, MappingProxyType(fields))
+MAX_HEAD_BYTES = 4096  # "PRIO,SEQ,USEC,FLAGS[,...];": a record with no ';' this far is not one
 
 
 def parse_head(record: bytes) -> tuple[int, int, int] | None:
     """(PRIO, SEQ, TIMESTAMP_USEC) of a record without its message: what a record the
     catalogue has no use for costs (``parse_record`` decodes the rest)."""
-    head = record[: record.find(b";")] if b";" in record[:128] else None
-    if head is None:
+    end = record.find(b";", 0, MAX_HEAD_BYTES)
+    if end < 0:
         return None
-    parts = head.split(b",", 3)
+    parts = record[:end].split(b",", 3)
     if len(parts) < 3:
         return None
     try:
@@ -122,6 +101,22 @@ def parse_head(record: bytes) -> tuple[int, int, int] | None:
     if prio < 0 or seq < 0 or usec < 0:
         return None
     return prio, seq, usec
+
+
+def parse_record(record: bytes) -> KmsgRecord | None:
+    """One record as one read(2) of /dev/kmsg returns it; None when it is not one."""
+    head = parse_head(record)
+    if head is None:
+        return None
+    prio, seq, usec = head
+    lines = record[record.find(b";") + 1 :].split(b"\n")
+    message = lines[0][:MAX_MESSAGE_CHARS].decode("utf-8", "replace").rstrip("\r")
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        if line.startswith(b" ") and b"=" in line and len(fields) < 16:
+            k, _, v = line[1:].partition(b"=")
+            fields[k.decode("utf-8", "replace")] = v[:256].decode("utf-8", "replace")
+    return KmsgRecord(prio & 7, prio >> 3, seq, usec, message, MappingProxyType(fields))
 
 
 def iter_raw(data: bytes) -> Iterator[bytes]:
