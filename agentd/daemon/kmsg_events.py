@@ -26,6 +26,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from agentd.daemon.logging import Log
+
 # <sys/inotify.h>
 IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
@@ -116,9 +118,9 @@ class FileWatch:
 class KmsgWatcher:
     """Pokes ``trigger`` when the kernel log has a new record; ``rearm`` before reading it."""
 
-    def __init__(self, *, trigger: Callable[[], None], log: Any, opener: Callable[[], Watch]):
+    def __init__(self, *, trigger: Callable[[], None], log: Log, opener: Callable[[], Watch]):
         self._trigger = trigger
-        self._log = log  # Any: a structlog logger
+        self._log = log
         self._opener = opener
         self._watch: Watch | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
