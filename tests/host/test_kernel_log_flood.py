@@ -107,6 +107,7 @@ class Flood:
         return self._written() - self.ring
 
 
+@pytest.mark.slow  # polls that read for their budget under the flood
 def test_a_poll_under_a_flood_stops_in_time_goes_on_and_counts_what_it_passed_over(tmp_path, monkeypatch):
     host = HostRoot.at(live_root(tmp_path))
     assert host.is_live
@@ -139,6 +140,7 @@ def _judged(doc: dict[str, Any]) -> set[tuple[str, str, str]]:
     return {(f["code"], f["severity"], f["subject"]) for f in doc["findings"] if f["severity"] in ("warning", "critical")}
 
 
+@pytest.mark.slow  # two checks, one reading its budget under the flood
 def test_check_under_a_flood_says_what_it_says_without_one(tmp_path, capsys, monkeypatch):
     root = live_root(tmp_path)
     Flood(monkeypatch, rate=0)  # a quiet kernel: the ring's records, then nothing
@@ -152,6 +154,7 @@ def test_check_under_a_flood_says_what_it_says_without_one(tmp_path, capsys, mon
 
 
 @pytest.mark.slow
+@pytest.mark.proc  # the live daemon's NVML probe looks for the library (ldconfig -p)
 async def test_the_daemon_under_a_flood_never_goes_stale(tmp_path, monkeypatch):
     root = live_root(tmp_path)
     cfg = AgentConfig.model_validate({
