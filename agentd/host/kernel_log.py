@@ -12,8 +12,8 @@ and counted once.
   capture`` writes it, the simulator appends to it). Its newest records are at its end:
   the last ``FILE_MAX_BYTES`` are read. Records are new by their place in the file (after
   the last one read), never by their sequence number: a record with a huge number hides
-  nothing after it. A number seen among the recent records is the same record recorded
-  twice, counted once; a file whose last-read record is gone and whose numbers go back, or a new boot
+  nothing after it. A number and message seen among the recent records is the same record
+  recorded twice, counted once; a file whose last-read record is gone and whose numbers go back, or a new boot
   id, starts over.
 
 Bounded work (a flood of ordinary lines, an ACCESS_REG storm, iptables LOG without a
@@ -71,7 +71,7 @@ POLL_SHARE = 0.25
 POLL_MAX_S = 0.5
 POLL_MIN_S = 0.005
 CLOCK_EVERY = 64  # records between two looks at the clock
-RECENT_RECORDS = 4096  # sequence numbers of a file's records remembered: a record recorded twice is read once
+RECENT_RECORDS = 4096  # (sequence number, message) of a file's records remembered: a record recorded twice is read once
 
 Key = tuple[str, str, str | None]
 
@@ -115,8 +115,8 @@ class KernelLogSource:
         self.counts: dict[Key, int] = {}
         self._extractor: ExtractorLike | None = None  # made at the first record
         self._anchor: bytes | None = None  # the raw bytes of the last record read from a file
-        self._recent: deque[int] = deque()
-        self._recent_set: set[int] = set()
+        self._recent: deque[tuple[int, int]] = deque()
+        self._recent_set: set[tuple[int, int]] = set()
         self._changed = True
 
     @property
@@ -326,7 +326,7 @@ class KernelLogSource:
             if head is None:
                 continue
             seq, usec = head[1], head[2]
-            if not self._first_time(seq):
+            if not self._first_time(seq, rec):
                 continue
             self.last_seq = seq
             self._changed = True
@@ -350,13 +350,15 @@ class KernelLogSource:
         end = at + len(self._anchor)
         return end if end >= len(data) or data[end : end + 1] == b"\n" else None
 
-    def _first_time(self, seq: int) -> bool:
-        """Whether no recent record of the file had this sequence number (the kernel never
-        gives one twice in a boot: the same record, recorded twice)."""
-        if seq in self._recent_set:
+    def _first_time(self, seq: int, rec: bytes) -> bool:
+        """Whether no recent record of the file had this sequence number and message (the
+        kernel never gives a number twice in a boot: the same record, recorded twice; a
+        file rewritten from its start numbers its new records again, with other text)."""
+        mark = (seq, hash(rec[rec.find(b";") + 1 :]))
+        if mark in self._recent_set:
             return False
-        self._recent.append(seq)
-        self._recent_set.add(seq)
+        self._recent.append(mark)
+        self._recent_set.add(mark)
         if len(self._recent) > RECENT_RECORDS:
             self._recent_set.discard(self._recent.popleft())
         return True

@@ -109,3 +109,22 @@ def test_a_cursor_beyond_the_log_is_not_this_logs(tmp_path):
     with ReadContext(host, "kernel") as ctx:
         log = again.poll(ctx, keep_s=3600, max_events=100)
     assert [(e.code, e.seq) for e in log.events] == [("79", 1)] and log.records == 1
+
+
+def test_a_log_rewritten_from_its_start_is_read_again(tmp_path):
+    """A recorded log replaced by a fresh one (emptied, then numbered again from 1): its
+    records have numbers seen before but other text, and are new."""
+    (tmp_path / "dev").mkdir()
+    log = tmp_path / "dev/kmsg"
+    log.write_text("3,1,1000,-;pcieport 0000:14:01.0: AER: Multiple Uncorrected (Fatal) error received: 0000:18:00.0\n")
+    src = KernelLogSource(HostRoot(tmp_path, "offline", "test"))
+
+    def poll():
+        with ReadContext(src.host, "kernel") as ctx:
+            return src.poll(ctx, keep_s=3600, max_events=100)
+
+    assert [e.code for e in poll().events] == ["fatal"]
+    log.write_text("")
+    poll()
+    log.write_text("4,1,2000,-;NVRM: Xid (PCI:0000:18:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception\n")
+    assert {(c.kind, c.code) for c in poll().counts} >= {("xid", "13")}
