@@ -119,29 +119,31 @@ _MLX5_DEV_RE = re.compile(r"^\s*mlx5_core ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a
 # The driver core's "mlx5_core: probe of 0000:06:00.0 failed with error -22" (before Linux
 # 6.10: drivers/base/dd.c pr_warn) names the function after the driver.
 _PROBE_OF_RE = re.compile(r"\bprobe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) failed")
-# First match wins: the more specific health lines before the generic ones.
-_MLX5_CODES: tuple[tuple[str, re.Pattern[str]], ...] = (
+# First match wins: the more specific health lines before the generic ones. Each pattern
+# comes with words (lower case) every line it matches contains: a cheap look first, the
+# regular expression only then (an ACCESS_REG storm is tens of thousands of lines a second).
+_MLX5_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     # the function is unusable: its page management or QP reset commands get no answer
     # (wait_func's "<CMD>(0x...) timeout. Will cause a leak of a command resource")
-    ("fatal_cmd_timeout", re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) timeout")),
+    ("fatal_cmd_timeout", ("timeout",), re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) timeout")),
     # health.c: "health recovery flow aborted, PCI reads still not working" (and "..., PCI channel offline")
-    ("recovery_aborted", re.compile(r"health recovery flow aborted")),
+    ("recovery_aborted", ("recovery flow aborted",), re.compile(r"health recovery flow aborted")),
     # health.c print_health_info: the health buffer reads all ones (the device left the bus)
-    ("slot_unavailable", re.compile(r"PCI slot (?:\d+ )?is unavailable")),
+    ("slot_unavailable", ("is unavailable",), re.compile(r"PCI slot (?:\d+ )?is unavailable")),
     # main.c probe_one/init_one, drivers/base/dd.c (both wordings)
-    ("probe_failed", re.compile(r"\bprobe of \S+ failed with error|probe with driver \S+ failed with error|mlx5_(?:init|load)_one failed with error code")),
-    ("health_compromised", re.compile(r"health compromised", re.IGNORECASE)),
-    ("unrecoverable", re.compile(r"unrecoverable", re.IGNORECASE)),
-    ("fatal_error", re.compile(r"Fatal error (?:\d+ )?detected")),
-    ("fw_syndrome", re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)")),
-    ("cmd_timeout", re.compile(r"leak of a command resource|wait_func\w*:.*\btimeout\b")),
-    ("slot_power", re.compile(r"insufficient power on the PCIe slot")),
-    ("module_temp", re.compile(r"Port module event.*High Temperature", re.IGNORECASE)),
-    ("cable", re.compile(r"Port module event.*Cable error|Port module event\[error\]")),
-    ("module_unplugged", re.compile(r"Port module event.*Cable unplugged")),
-    ("high_temp", re.compile(r"High temperature on sensors")),
-    ("tx_timeout", re.compile(r"transmit queue \d* ?timed out")),
-    ("cmd_failed", re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
+    ("probe_failed", ("failed with error",), re.compile(r"\bprobe of \S+ failed with error|probe with driver \S+ failed with error|mlx5_(?:init|load)_one failed with error code")),
+    ("health_compromised", ("health compromised",), re.compile(r"health compromised", re.IGNORECASE)),
+    ("unrecoverable", ("unrecoverable",), re.compile(r"unrecoverable", re.IGNORECASE)),
+    ("fatal_error", ("fatal error",), re.compile(r"Fatal error (?:\d+ )?detected")),
+    ("fw_syndrome", ("health",), re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)")),
+    ("cmd_timeout", ("leak of a command resource", "wait_func"), re.compile(r"leak of a command resource|wait_func\w*:.*\btimeout\b")),
+    ("slot_power", ("insufficient power",), re.compile(r"insufficient power on the PCIe slot")),
+    ("module_temp", ("port module event",), re.compile(r"Port module event.*High Temperature", re.IGNORECASE)),
+    ("cable", ("port module event",), re.compile(r"Port module event.*Cable error|Port module event\[error\]")),
+    ("module_unplugged", ("port module event",), re.compile(r"Port module event.*Cable unplugged")),
+    ("high_temp", ("high temperature on sensors",), re.compile(r"High temperature on sensors")),
+    ("tx_timeout", ("timed out",), re.compile(r"transmit queue \d* ?timed out")),
+    ("cmd_failed", ("mlx5_cmd_out_err",), re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
 )
 
 # Lines of the PCIe port services (drivers/pci/pcie) about a link's error recovery.
@@ -343,8 +345,9 @@ class Extractor:
     def _mlx5(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _MLX5_DEV_RE.match(text) or _PROBE_OF_RE.search(text)
         device = normalize_bdf(m.group(1)) if m else _field_device(fields)
-        for code, pattern in _MLX5_CODES:
-            if pattern.search(text):
+        low = text.lower()
+        for code, words, pattern in _MLX5_CODES:
+            if any(w in low for w in words) and pattern.search(text):
                 return Extracted("mlx5", code, device, _detail(text))
         if _ERRORISH_RE.search(text):
             return Extracted("mlx5", "other", device, _detail(text))

@@ -54,7 +54,7 @@ from typing import Protocol
 from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext, read_tail
 from agentd.host.kernel_catalog import Extracted, Extractor
-from agentd.host.kmsg import KMSG_MAX_BYTES, KMSG_READ_BYTES, iter_raw, parse_head, parse_record, whole_tail
+from agentd.host.kmsg import KMSG_MAX_BYTES, KMSG_READ_BYTES, iter_raw, parse_body, parse_head, whole_tail
 from agentd.model import KernelCount, KernelEvent, KernelLog
 
 KMSG_REL = "dev/kmsg"
@@ -372,8 +372,7 @@ class KernelLogSource:
         try:
             if not self._extractor.wants(rec):
                 return
-            r = parse_record(rec)
-            ex = self._extractor.feed(r.message, r.fields) if r is not None else None
+            ex = self._extractor.feed(*parse_body(rec))
         except Exception:  # a catalogue bug costs the line, never the source
             ex = None
         if ex is None:

@@ -103,12 +103,9 @@ def parse_head(record: bytes) -> tuple[int, int, int] | None:
     return prio, seq, usec
 
 
-def parse_record(record: bytes) -> KmsgRecord | None:
-    """One record as one read(2) of /dev/kmsg returns it; None when it is not one."""
-    head = parse_head(record)
-    if head is None:
-        return None
-    prio, seq, usec = head
+def parse_body(record: bytes) -> tuple[str, Mapping[str, str]]:
+    """The message and the continuation lines (KEY -> VALUE) of a record whose head
+    ``parse_head`` read."""
     lines = record[record.find(b";") + 1 :].split(b"\n")
     message = lines[0][:MAX_MESSAGE_CHARS].decode("utf-8", "replace").rstrip("\r")
     fields: dict[str, str] = {}
@@ -116,7 +113,17 @@ def parse_record(record: bytes) -> KmsgRecord | None:
         if line.startswith(b" ") and b"=" in line and len(fields) < 16:
             k, _, v = line[1:].partition(b"=")
             fields[k.decode("utf-8", "replace")] = v[:256].decode("utf-8", "replace")
-    return KmsgRecord(prio & 7, prio >> 3, seq, usec, message, MappingProxyType(fields))
+    return message, MappingProxyType(fields)
+
+
+def parse_record(record: bytes) -> KmsgRecord | None:
+    """One record as one read(2) of /dev/kmsg returns it; None when it is not one."""
+    head = parse_head(record)
+    if head is None:
+        return None
+    prio, seq, usec = head
+    message, fields = parse_body(record)
+    return KmsgRecord(prio & 7, prio >> 3, seq, usec, message, fields)
 
 
 def iter_raw(data: bytes) -> Iterator[bytes]:
