@@ -145,6 +145,10 @@ class EventSettings(Section):
         "auto",
         description="Watch rtnetlink link notifications: a carrier or operstate change of an RDMA port's netdev (RoCE) or an IPoIB netdev collects the fast tier at once. auto: on a live host root only; on: any root (the notifications are always the running kernel's: for tests and benchmarks on a simulated root); off: the fast-tier poll only.",
     )
+    kmsg: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Watch the kernel log: a new /dev/kmsg record (it is pollable) reads the kernel log at once, so an XID reaches /health without waiting for the fast-tier poll. auto: on a live host root only; on: any root (a simulated or recorded root's dev/kmsg file is watched with inotify); off: the fast-tier poll only.",
+    )
 
 
 class Timeouts(Section):
@@ -202,7 +206,11 @@ class KernelSettings(Section):
     enabled: bool = Field(True, description="Read the kernel log (/dev/kmsg on a live node, ROOT/dev/kmsg in a recording) for XIDs, GPUs off the bus, mlx5 firmware and PCIe AER events.")
     window_s: float = Field(3600.0, gt=0, le=7 * 86400, description="Window for events that count only when repeated (corrected AER errors, mlx5 command timeouts): a finding needs its threshold of them within this long.")
     hold_s: float = Field(86400.0, gt=0, le=30 * 86400, description="How long one event that is a node fault on its own (XID 79, an uncontained ECC error, a fatal AER error, mlx5 health compromised) keeps its finding. A reboot (new boot id) starts over.")
-    max_events: int = Field(2048, ge=16, le=100000, description="Recent events kept in memory (and in the restart cursor); the oldest go first.")
+    reset_hold_s: float = Field(
+        0.0, ge=0, le=365 * 86400,
+        description="How long an event that needs a GPU reset or a node reboot (XID 79 or 95, an Xid 154 that names a reset or reboot, a GPU off the bus, NV_ERR_RESET_REQUIRED) keeps its finding when agentd sees neither: 0, until the GPU is seen reset (Xid 154 back to None) or the node reboots. `agentd run --simulate` sets 30 s so a cleared fault visibly recovers.",
+    )  # fmt: skip
+    max_events: int = Field(2048, ge=16, le=100000, description="Recent events kept in memory (and in the restart cursor), the oldest going first; the latest event of each kind, code and device is kept however old.")
 
 
 # Codes whose findings are normal while a node comes up: ports still training, the

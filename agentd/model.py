@@ -14,7 +14,7 @@ Conventions:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Iterable, Literal, Mapping, Protocol
+from typing import Iterable, Literal, Mapping, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -510,10 +510,15 @@ class KernelEvent(Record):
 
     seq: int  # the record's sequence number in this boot's log
     at: float  # unix time, estimated from the record's timestamp (or when it was first read)
-    kind: str  # xid | sxid | gpu_off_bus | nvrm | peermem | mlx5 | aer
+    kind: str  # xid | sxid | gpu_off_bus | nvrm | peermem | mlx5 | aer | pcie
     code: str  # "79", "cmd_timeout", "fatal", ... ("other": a line of the driver no rule names)
     device: str | None = None  # the PCI bus id it is about (dddd:bb:dd.f), when the line says
     detail: str = ""  # the message, one line, truncated
+    # What the line itself says, beside its code: its "Fatal" / "Non-fatal" word (NVLink5
+    # XIDs, SXIDs), and the recovery action Xid 154 names (none, gpu_reset, node_reboot,
+    # drain_p2p, drain_and_reset, recover_imex_domain, unknown)
+    fatal: bool | None = None
+    action: str | None = None
 
 
 class KernelCount(Record):
@@ -535,8 +540,14 @@ class KernelLog(Record):
     boot_id: str | None = None
     last_seq: int | None = None  # the newest record read
     records: int = 0  # records read since agentd started (on this boot)
-    lost: int = 0  # records the kernel overwrote before agentd read them
-    events: tuple[KernelEvent, ...] = ()  # recent events, oldest first (bounded)
+    # records agentd never read: the kernel overwrote them before agentd got to them, or a
+    # one-shot read passed over them (its time was up under a flood)
+    lost: int = 0
+    lost_at: float | None = None  # unix time of the latest loss
+    behind: bool = False  # the last poll stopped at its time budget with records still waiting
+    # recent events, oldest first (bounded), and the latest of every kind, code and device
+    # however old (a storm of other events never pushes out the one that matters)
+    events: tuple[KernelEvent, ...] = ()
     counts: tuple[KernelCount, ...] = ()
 
 
@@ -783,8 +794,14 @@ class HistoryEntry(Protocol):
 # ---------------------------------------------------------------------------
 # Findings
 
-Severity = Literal["ok", "warning", "critical"]
-SEVERITY_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
+# ok: a fact (shown with `check --all`); info: an event worth seeing (an application's XID,
+# a corrected PCIe error), shown wherever findings are shown but never counted toward
+# health; warning: the node is degraded; critical: drain it.
+Severity = Literal["ok", "info", "warning", "critical"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)  # least first: the order findings are shown in
+SEVERITY_ORDER: dict[str, int] = {s: i for i, s in enumerate(SEVERITIES)}
+# What a severity weighs in the node's health (overall_status): ok and info nothing.
+SEVERITY_RANK: dict[str, int] = {"ok": 0, "info": 0, "warning": 1, "critical": 2}
 # Why a finding does not count toward health: its code or check is in observe mode
 # (lifecycle.observe), it has not held for lifecycle raise_after yet, or the node is
 # within lifecycle.boot_grace_s of booting and the code is one that is normal then.
@@ -921,6 +938,12 @@ class Finding(Record):
         return {**data, "about": about, "subject": text}
 
 
+def judged(f: Finding) -> bool:
+    """Whether a finding weighs in the node's health: a warning or a critical one that is
+    not withheld (ok facts and info findings never do)."""
+    return f.withheld is None and SEVERITY_RANK[f.severity] > 0
+
+
 def counted(findings: Iterable[Finding]) -> list[Finding]:
     """The findings that count toward the node's health (not ``withheld``)."""
     return [f for f in findings if f.withheld is None]
@@ -938,4 +961,4 @@ def overall_status(findings: Iterable[Finding]) -> NodeStatus:
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> list[Finding]:
     """Most severe first, then by code and subject, so output is stable."""
-    return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.code, f.subject))
+    return sorted(findings, key=lambda f: (-SEVERITY_ORDER[f.severity], f.code, f.subject))

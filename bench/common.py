@@ -255,14 +255,14 @@ def clear_fault(root: Path, spec: str) -> None:
 
 
 def write_config(tmp: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None,
-                 events: dict[str, str] | None = None, extra: str = "") -> Path:
+                 events: dict[str, str] | None = None, kernel: dict[str, float] | None = None, extra: str = "") -> Path:
     """An agentd.toml with default intervals unless given; files go under ``tmp/out``."""
     out = tmp / "out"
     text = (
         f'[paths]\nnccl_env = "{out}/nccl.env"\nnccl_conf = "{out}/nccl.conf"\nnccl_topo = "{out}/topo.xml"\n'
         f'baseline = "{out}/baseline.json"\nstate_dir = "{out}"\n'
     )
-    for section, values in (("intervals", intervals), ("timeouts", timeouts)):
+    for section, values in (("intervals", intervals), ("timeouts", timeouts), ("kernel", kernel)):
         if values:
             text += f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
     if events:
@@ -288,9 +288,9 @@ class Agentd:
     """``agentd run`` on a host root, on a free loopback port, logging to ``tmp``."""
 
     def __init__(self, tmp: Path, root: Path, *, intervals: dict[str, float] | None = None, timeouts: dict[str, float] | None = None,
-                 events: dict[str, str] | None = None, extra: str = ""):
+                 events: dict[str, str] | None = None, kernel: dict[str, float] | None = None, extra: str = ""):
         self.tmp, self.root = tmp, root
-        self.config = write_config(tmp, intervals=intervals, timeouts=timeouts, events=events, extra=extra)
+        self.config = write_config(tmp, intervals=intervals, timeouts=timeouts, events=events, kernel=kernel, extra=extra)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.nccl_env = nccl_env_of(root, tmp)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run every benchmark; one JSON line per figure on stdout (``make bench``).
 
-    .venv/bin/python bench/run_all.py [--quick] [--only snapshot daemon reaction link_event kmsg node_exporter]
+    .venv/bin/python bench/run_all.py [--quick] [--only snapshot daemon reaction link_event xid_event kmsg node_exporter]
 
 About 4-5 minutes (``--quick``: about 1.5 minutes, fewer rounds and shorter windows). Each
 benchmark script runs as a child process in its own process group with a time budget;
@@ -32,7 +32,7 @@ from common import HCA64, LARGE, emit, run_main
 HERE = Path(__file__).resolve().parent
 
 
-GROUPS = ("snapshot", "daemon", "reaction", "link_event", "kmsg", "node_exporter", "memory")
+GROUPS = ("snapshot", "daemon", "reaction", "link_event", "xid_event", "kmsg", "node_exporter", "memory")
 
 
 def steps(quick: bool) -> list[tuple[str, list[str], float]]:
@@ -49,6 +49,7 @@ def steps(quick: bool) -> list[tuple[str, list[str], float]]:
         ("reaction", ["bench_reaction.py", "--profile", "h100-ib", "--trials", "2" if q else "5"], 90 if q else 150),
         # root + iproute2 for veth pairs; elsewhere it prints a "skipped" figure and why
         ("link_event", ["bench_link_event.py", "--trials", "4" if q else "16"], 60 if q else 150),
+        ("xid_event", ["bench_xid_event.py", "--trials", "4" if q else "16"], 90 if q else 240),
         ("kmsg", ["bench_kmsg.py", "--records", "50000" if q else "200000"], 60),
         ("node_exporter", ["bench_node_exporter.py", "--profile", "h100-ib", "--requests", "100" if q else "300",
                            "--load-s", "2" if q else "5"], 90 if q else 120),

@@ -68,16 +68,29 @@ def read_fd(fd: int, max_bytes: int, chunk: int = 1 << 20) -> bytes:
     return first if len(chunks) == 1 else b"".join(chunks)
 
 
-def read_regular(path: Path | str, max_bytes: int = 4 << 20) -> bytes:
-    """The first ``max_bytes`` of the regular file at ``path``. Opens with ``O_NONBLOCK``
-    and checks the type before reading, so a FIFO raises ``NotRegularFile`` at once instead
-    of blocking; other failures raise ``OSError`` (``FileNotFoundError`` when absent)."""
+def read_fd_tail(fd: int, max_bytes: int) -> bytes:
+    """The last ``max_bytes`` of a regular file (a log that only grows keeps its newest
+    records at the end); from its start when it cannot seek (a FIFO, a device)."""
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
+            os.lseek(fd, st.st_size - max_bytes, os.SEEK_SET)
+    except OSError:
+        pass
+    return read_fd(fd, max_bytes)
+
+
+def read_regular(path: Path | str, max_bytes: int = 4 << 20, *, tail: bool = False) -> bytes:
+    """The first ``max_bytes`` of the regular file at ``path`` (the last ones with
+    ``tail``). Opens with ``O_NONBLOCK`` and checks the type before reading, so a FIFO
+    raises ``NotRegularFile`` at once instead of blocking; other failures raise ``OSError``
+    (``FileNotFoundError`` when absent)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(path, st.st_mode)
-        return read_fd(fd, max_bytes)
+        return read_fd_tail(fd, max_bytes) if tail else read_fd(fd, max_bytes)
     finally:
         os.close(fd)
 

@@ -30,7 +30,7 @@ from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
 from agentd.host.daemons import daemon_name
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
-from agentd.host.kmsg import KMSG_MAX_BYTES, read_kmsg_tail
+from agentd.host.kmsg import KMSG_MAX_BYTES, read_kmsg_tail, whole_tail
 from agentd.host.recording import PathRecorder, RecordedTree
 from agentd.host.system import PROC_STAT, STAT_MAX_BYTES, uname
 from agentd.model import NodeSnapshot
@@ -130,7 +130,8 @@ def _answers(tree: RecordedTree, host: HostRoot, config: AgentConfig, snap: Node
         kmsg_path = host.root / recorded.KMSG
         if kmsg_path.is_file() and not kmsg_path.is_symlink():
             try:
-                tree.put(recorded.KMSG, read_regular(kmsg_path, KMSG_MAX_BYTES))
+                # the newest records (the head of a longer log is its oldest)
+                tree.put(recorded.KMSG, whole_tail(read_regular(kmsg_path, KMSG_MAX_BYTES + 1, tail=True), KMSG_MAX_BYTES))
                 written.append(recorded.KMSG)
                 if (host.root / UPTIME).is_file():
                     tree.put(UPTIME, read_regular(host.root / UPTIME, 4096))

@@ -67,6 +67,7 @@ from agentd.model import (
 )
 
 Tier = Literal["fast", "medium", "slow"]
+KERNEL_POLL_SHARE = 0.4  # of timeouts.probe_s: the most one kernel log poll reads (agentd.host.kernel_log)
 # A journaled probe still runs in full at least this often (seconds), whatever its replays say.
 FULL_READ_EVERY_S = 300.0
 # Firmware-reading probe runs remembered for back-off (agentd.collection.backoff): a few
@@ -584,7 +585,9 @@ class Collector:
         k = self.config.kernel
         if not k.enabled:
             return KernelLog(asked=False, error="kernel.enabled = false")
-        return read_kernel_log(ctx, self.kernel_source, keep_s=max(k.window_s, k.hold_s), max_events=k.max_events)
+        # a poll reads for at most a share of the probe's timeout: a flood never makes it late
+        return read_kernel_log(ctx, self.kernel_source, keep_s=max(k.window_s, k.hold_s), max_events=k.max_events,
+                               limit_s=KERNEL_POLL_SHARE * self.config.timeouts.probe_s)
 
     def _lane(self, name: str) -> Lane:
         lane = self._lanes.get(name)

@@ -69,6 +69,11 @@ async def run_daemon(
     return await daemon.run(on_listening=announce)
 
 
+# `agentd run --simulate` (the demo): kernel log faults hold this long (seconds), where a real
+# node holds an Xid 79 until it reboots and a one-off critical event a day.
+DEMO_KERNEL_HOLDS = {"hold_s": 30.0, "window_s": 30.0, "reset_hold_s": 30.0}
+
+
 def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Path:
     import tempfile
 
@@ -156,6 +161,13 @@ def main_run(args: argparse.Namespace) -> int:
         # a capture given as --host-root is named as the user named it, not by its unpacked copy
         capture = getattr(args, "capture_file", None)
         shown = f"capture {capture} (unpacked in {config.host_root})" if capture is not None else f"host root {config.host_root}"
+        if simulate:
+            # a simulated log only grows: short holds (those the config leaves unset), so a
+            # kernel log fault's --clear-fault is seen
+            demo = {k: v for k, v in DEMO_KERNEL_HOLDS.items() if k not in config.kernel.model_fields_set}
+            if demo:
+                overrides["kernel"] = demo
+                config = load_config(args.config, overrides=overrides)
         if not (config.host_root / "sys").is_dir():
             print(f"agentd: {shown} has no sys/ directory", file=sys.stderr)
             return 3
@@ -180,6 +192,9 @@ def main_run(args: argparse.Namespace) -> int:
     try:
         if simulate:
             print(f"agentd: simulated node '{simulate}' at {config.host_root}", flush=True)
+            k = config.kernel
+            print(f"agentd: kernel log faults (xid, ...) hold {k.hold_s:g} s here (kernel.hold_s; window_s {k.window_s:g}, "
+                  f"reset_hold_s {k.reset_hold_s:g}): a cleared one recovers then", flush=True)
         if not host.is_live:
             nfd = f", NFD labels {config.paths.nfd_features}" if config.paths.nfd_features else ""
             print(f"agentd: {printable(shown)} is not this node ({host.mode}: {host.mode_reason}); "

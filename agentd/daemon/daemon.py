@@ -7,7 +7,9 @@ write, build the State); the daemon swaps the State whole, then sends systemd ST
 logs the state changes. Publishes are serialised by a lock. A udev event (live host only) triggers one
 collection of every probe, debounced; an rtnetlink carrier/operstate change of a watched
 netdev (agentd.daemon.netlink; ``events.rtnetlink``) one collection of the fast tier,
-coalesced over ``intervals.link_event_debounce_s``. HTTP handlers only read ``Daemon.state``.
+coalesced over ``intervals.link_event_debounce_s``; a new kernel log record
+(agentd.daemon.kmsg_events; ``events.kmsg``) one read of the kernel log, published when its
+events changed. HTTP handlers only read ``Daemon.state``.
 """
 
 from __future__ import annotations
@@ -30,16 +32,17 @@ from agentd.daemon.events import Coalescer, UdevMonitor, UdevWatcher
 from agentd.daemon.health import status_line
 from agentd.daemon.http import HttpServer, build_app, web_options
 from agentd.daemon.keepers import CursorKeeper, HistoryKeeper, MaintenanceFollower
+from agentd.daemon.kmsg_events import DeviceWatch, FileWatch, KmsgWatcher, Watch
 from agentd.daemon.logging import Log, configure_logging, get_logger, log_state_changes
 from agentd.daemon.netlink import LinkWatcher, NetlinkSocket
 from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
-from agentd.host.kernel_log import KernelLogSource
+from agentd.host.kernel_log import KMSG_REL, KernelLogSource, live_path
 from agentd.host.runner import Lane, await_future
 from agentd.metrics.agent import process_stats
-from agentd.model import NodeSnapshot
+from agentd.model import KernelLog, NodeSnapshot
 from agentd.outputs.evaluate import EvaluateFn, evaluate
 from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
@@ -80,6 +83,11 @@ class CollectorLike(Protocol):
         ...
 
 
+def _events_mark(log: KernelLog) -> tuple[bool, int, int | None]:
+    """What tells whether a kernel log's events changed, without comparing them all."""
+    return log.available, len(log.events), log.events[-1].seq if log.events else None
+
+
 def _settle(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -101,6 +109,7 @@ class Daemon:
         watchdog: Watchdog | None | _FromEnv = FROM_ENV,
         udev_opener: Callable[[], UdevMonitor] | None = None,
         link_opener: Callable[[], NetlinkSocket] | None = None,
+        kmsg_opener: Callable[[], Watch] | None = None,
         log: Log | None = None,
         persist_history: bool = False,
     ):
@@ -122,6 +131,7 @@ class Daemon:
                                 **({"opener": udev_opener} if udev_opener else {}))
         self.links = LinkWatcher(trigger=lambda: self.trigger_tier("fast"), snapshot=lambda: self._state.snapshot, log=self.log,
                                  **({"opener": link_opener} if link_opener else {}))
+        self.kmsg = KmsgWatcher(trigger=self.trigger_kernel, log=self.log, opener=kmsg_opener or self._kmsg_watch)
         self._tier_triggers: dict[str, Coalescer] = {}
         th = config.thresholds
         self.history = History(th.history_size, spacing_s=config.intervals.medium_s, recent_s=th.rate_window_s, counters_s=th.short_rate_window_s)
@@ -184,7 +194,10 @@ class Daemon:
         ``quick``: a scheduled cycle, whose probes may check only their signals
         (agentd.collection.collector)."""
         t0, cpu0, began = time.monotonic(), time.process_time(), time.time()
-        await self.collector.run(self.probes_for(tier), quick=quick)
+        names = self.probes_for(tier)
+        if "kernel" in names:
+            self.kmsg.rearm()  # a record logged from now on wakes the watcher again
+        await self.collector.run(names, quick=quick)
         await self._publish(tier, t0, cpu0, began)
 
     async def _publish(self, tier: str, t0: float, cpu0: float, began: float | None = None) -> None:
@@ -273,6 +286,49 @@ class Daemon:
     def links_wanted(self, config: AgentConfig) -> bool:
         mode = config.events.rtnetlink
         return mode == "on" or (mode == "auto" and self.host.is_live)
+
+    # -- kernel log records (agentd.daemon.kmsg_events) ----------------------------------
+    KMSG_BEHIND_PAUSE_S = 0.5  # after a poll that stopped behind a flood, the next poke waits this long
+
+    def kmsg_wanted(self, config: AgentConfig) -> bool:
+        mode = config.events.kmsg
+        return config.kernel.enabled and (mode == "on" or (mode == "auto" and self.host.is_live))
+
+    def _kmsg_watch(self) -> Watch:
+        if self.host.is_live:
+            return DeviceWatch(live_path(self.host))
+        return FileWatch(str(self.host.root / KMSG_REL))
+
+    def trigger_kernel(self) -> None:
+        """Read the kernel log now (a new record): pokes within
+        ``intervals.link_event_debounce_s`` make one read, pokes while it runs one more after
+        it. Ignored until the first collection (the fast tier re-arms the watcher)."""
+        if not self._state.ready or self._stop is None or self._stop.is_set():
+            return
+        c = self._tier_triggers.get("kernel")
+        if c is None:
+            c = self._tier_triggers["kernel"] = Coalescer(asyncio.get_running_loop(), self.config.intervals.link_event_debounce_s, self._kernel_event)
+        c.poke()
+
+    async def _kernel_event(self) -> None:
+        """One read of the kernel log; published when its events changed (ordinary records
+        are only counted: the next scheduled publish shows them)."""
+        source = self.collector.kernel_source
+        before: KernelLog | None = source.last if source is not None else None
+        t0, cpu0, began = time.monotonic(), time.process_time(), time.time()
+        try:
+            self.kmsg.rearm()
+            await self.collector.run(["kernel"])
+            after: KernelLog | None = source.last if source is not None else None
+            if after is None or before is None or (after is not before and _events_mark(after) != _events_mark(before)):
+                await self._publish("kernel", t0, cpu0, began)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.log.exception("collection.failed", tier="kernel", error=f"{type(e).__name__}: {e}")
+            return
+        if after is not None and after.behind:
+            await asyncio.sleep(self.KMSG_BEHIND_PAUSE_S)  # a flood: its records are read at the reader's pace
 
     def trigger_full(self) -> None:
         """Collect every probe now (udev events, reload). Ignored until the first collection."""
@@ -366,6 +422,10 @@ class Daemon:
                 self.links.start(asyncio.get_running_loop())
             else:
                 self.links.stop()
+            if self.kmsg_wanted(new):
+                self.kmsg.start(asyncio.get_running_loop())
+            else:
+                self.kmsg.stop()
         for ev in self._wake.values():
             ev.set()
         for fut in self._naps.values():
@@ -426,6 +486,8 @@ class Daemon:
             self.udev.start(loop)
         if self.links_wanted(cfg):
             self.links.start(loop)
+        if self.kmsg_wanted(cfg):
+            self.kmsg.start(loop)
         self._beat()
         self._tasks = [
             asyncio.create_task(self._startup(), name="agentd-startup"),
@@ -442,6 +504,7 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             self.udev.stop()
             self.links.stop()
+            self.kmsg.stop()
             tasks = [t for t in (*self._tasks, self._event_task) if t is not None]
             for c in self._tier_triggers.values():
                 tasks.extend(c.cancel())

@@ -18,7 +18,7 @@ from agentd.base.jsontypes import JsonObject
 from agentd.daemon.state import HealthStatus, State
 from agentd.judging.findings import finding_block, finding_line, utc_text
 from agentd.judging.staleness import with_staleness
-from agentd.model import Finding, overall_status
+from agentd.model import Finding, judged, overall_status
 from agentd.outputs.maintenance import maintenance_doc, maintenance_line
 
 
@@ -90,8 +90,8 @@ def health_json(state: State, h: Health) -> bytes:
 
 def health_text(h: Health, state: State | None = None) -> bytes:
     """First line the status, then one line per non-ok finding that counts: a Slurm drain
-    reason (agentd.judging.findings.finding_line). In maintenance a line that says why
-    comes second."""
+    reason (agentd.judging.findings.finding_line; info findings too, shown, never judged:
+    their lines start with ``info``). In maintenance a line that says why comes second."""
     lines: list[str] = [h.status]
     if h.status == "starting":
         lines.append("critical agentd.starting node: first collection not finished yet")
@@ -141,7 +141,7 @@ def status_line(state: State, h: Health | None = None) -> str:
         return "starting: first collection running"
     findings = h.findings if h is not None else state.findings
     status = h.status if h is not None else state.status
-    bad = [f for f in findings if f.severity != "ok" and f.withheld is None]
+    bad = [f for f in findings if judged(f)]
     if status == "maintenance":
         m = state.maintenance
         return f"maintenance: {m.reason if m is not None else 'ended, waiting for a full collection'}; {len(bad)} findings"

@@ -71,8 +71,9 @@ def get_logger(name: str = "agentd") -> Log:
 
 Level = Literal["debug", "info", "warning", "error"]
 Event = tuple[Level, str, dict[str, object]]  # (level, event name, fields)
-# ok-severity findings are facts (the GDR path in use, the nearest NIC): debug, not news.
-_LEVEL_OF: dict[str, Level] = {"ok": "debug", "warning": "info", "critical": "warning"}
+# ok-severity findings are facts (the GDR path in use, the nearest NIC): debug, not news;
+# info ones are events (an application's XID): news, not trouble.
+_LEVEL_OF: dict[str, Level] = {"ok": "debug", "info": "info", "warning": "info", "critical": "warning"}
 
 
 def _stale(state: State) -> tuple[str, ...]:

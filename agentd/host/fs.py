@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal, Protocol, cast
 
 from agentd.base import recorded
-from agentd.base.atomic import read_fd
+from agentd.base.atomic import read_fd, read_fd_tail
 from agentd.base.ids import BDF_RE
 from agentd.base.jsontypes import JsonValue
 from agentd.model import BackOffReads, IgnoredDevice, ReadError, ReadErrorKind
@@ -268,15 +268,29 @@ def _at(path: str, dir_fd: int, name: str) -> _AtPath:
     return p
 
 
-def read_bounded(path: Path | str, max_bytes: int = MAX_ATTR_BYTES) -> bytes:
-    """Read at most max_bytes, refusing a symlink as the last component. A path from a
+def _open_file(path: Path | str) -> int:
+    """Open for reading, refusing a symlink as the last component. A path from a
     ``ReadContext`` under a confined root is opened relative to its walked directory."""
     if isinstance(path, _AtPath):
-        fd = os.open(path.name, _FILE_FLAGS, dir_fd=path.dir_fd)
-    else:
-        fd = os.open(path, _FILE_FLAGS)
+        return os.open(path.name, _FILE_FLAGS, dir_fd=path.dir_fd)
+    return os.open(path, _FILE_FLAGS)
+
+
+def read_bounded(path: Path | str, max_bytes: int = MAX_ATTR_BYTES) -> bytes:
+    """Read at most max_bytes, refusing a symlink as the last component."""
+    fd = _open_file(path)
     try:
         return read_fd(fd, max_bytes, 65536)
+    finally:
+        os.close(fd)
+
+
+def read_tail(path: Path | str, max_bytes: int) -> bytes:
+    """The last ``max_bytes`` of a file (``read_bounded``'s rules): where a log that only
+    grows keeps its newest records."""
+    fd = _open_file(path)
+    try:
+        return read_fd_tail(fd, max_bytes)
     finally:
         os.close(fd)
 
@@ -796,10 +810,13 @@ class ReadContext:
         return data
 
     # -- values -------------------------------------------------------------
-    def raw(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES) -> bytes | None:
+    def raw(self, path: str | os.PathLike[str], *, required: bool = False, max_bytes: int = MAX_ATTR_BYTES,
+            read: Callable[[str, int], bytes] | None = None) -> bytes | None:
+        """The file's bytes (``read``: the function that reads, default ``read_bounded``:
+        its first ``max_bytes``; ``read_tail``: its last)."""
         p = self._abs(path)
         try:
-            data = self._read(p, max_bytes)
+            data = self._read(p, max_bytes, read)
         except ReadFailure as e:
             self._log(("raw", p, max_bytes, Escaped(e.detail)))
             self.error(p, "escape", e.detail)

@@ -15,25 +15,43 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
   id is attributed to the GPU the driver named within the last ``CONTEXT_RECORDS`` records
   (``NVRM: GPU at PCI:0000:9b:00: GPU-<uuid>`` heads the driver's multi-line reports).
   An Xid 79 is one event (kind "xid", code "79"); an off-bus line for the same GPU within
-  ``CONTEXT_RECORDS`` records after it is the same fault and gives nothing.
-- nvidia-nvswitch: ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...``. The
-  driver repeats an SXid as ``..., Data {0x.., 0x..}``: that line is not counted again.
-- nvidia-peermem: ``nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context``.
+  ``CONTEXT_RECORDS`` records after it is the same fault and gives nothing. What the line
+  itself says beside its code is kept with the event: the unit's "Fatal" / "Nonfatal" of
+  an NVLink5 Xid, the recovery action an Xid 154 names (``GPU recovery action changed from
+  0x%x (%s) to 0x%x (%s)``, gpu.c). RM assertions carry a status: ``[NV_ERR_GPU_IS_LOST]``
+  is a GPU off the bus, ``[NV_ERR_RESET_REQUIRED]`` a GPU that needs a reset (nvassert.c,
+  nvstatuscodes.h).
+- nvidia-nvswitch: ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...`` (its
+  "Fatal" / "Non-fatal" kept). The driver repeats an SXid as ``..., Data {0x.., 0x..}``:
+  that line is not counted again.
+- nvidia-peermem: ``nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context``;
+  the module loader's ``nvidia_peermem: Unknown symbol ...`` and MLNX_OFED's legacy
+  ``nv_peer_mem: disagrees about version of symbol ...`` (load failures).
 - mlx5_core: ``mlx5_core 0000:5a:00.0: <func>:<line>:(pid N): <text>`` (device from the
-  prefix, else from the record's ``DEVICE=+pci:...``).
+  prefix, or from the driver core's ``mlx5_core: probe of <bdf> failed``, else from the
+  record's ``DEVICE=+pci:...``): page-management and QP-reset command timeouts, "health
+  recovery flow aborted", "PCI slot [N] is unavailable", a failed probe, ...
 - PCIe AER (drivers/pci/pcie/aer.c). Counted from the root port's "error received" line
   (``AER: [Multiple ]Corrected error received: 0000:01:00.0``, ``... id=00e5`` on kernels
   before 4.19, ``Correctable error message received from 0000:06:00.0`` on 6.x), one per
   error message the root port took in, named after its source device. The "PCIe Bus Error:
-  severity=..." lines that follow are details of the same message, printed once for every
-  device that logged it (the port and the endpoint: one or two per error), so counting them
-  would count one error twice; they give nothing. Firmware-first (APEI/GHES) platforms print
-  only "PCIe Bus Error" lines: those errors are not counted here (a known gap).
+  severity=..." lines that follow (within ``CONTEXT_RECORDS``) are details of the same
+  message, printed once for every device that logged it (the port and the endpoint), so
+  they give nothing. One with no header before it (firmware-first APEI/GHES platforms, a
+  log that dropped the header's KERN_INFO line) is an error of the device that printed it.
+- PCIe error recovery (dpc.c, err.c, pciehp_ctrl.c, pci.c): DPC containment in both
+  wordings (``containment event, status:%#06x source:%#06x``; since 6.17 ``..., ERR_FATAL
+  received from <bdf>``), named after its source (the port when none; the port's Bus
+  Error lines after it are its details), "AER: device recovery failed", "AER: subordinate
+  device reset failed", ``pciehp: Slot(N): Link Down`` (not "Link Down/Up ignored") and
+  "Data Link Layer Link Active not set in N msec", each for the port that printed it.
+  "AER: device recovery successful" gives nothing.
 
 Lines from these drivers that match no known pattern but say something went wrong (an
 error word: error, fail, timeout, invalid, ...) are events with code "other"; their
 ordinary informational lines (module load, firmware version, link up) and every unrelated
-line give None.
+line give None. ``Extractor.wants`` says from a record's bytes whether any of this can be
+in it, so the reader parses and feeds only those (a flood of other lines costs a header).
 """
 
 from __future__ import annotations
@@ -51,10 +69,12 @@ CONTEXT_RECORDS = 8  # how many records a GPU named by the driver stays the subj
 
 @dataclass(frozen=True)
 class Extracted:
-    kind: str  # "xid" | "sxid" | "gpu_off_bus" | "nvrm" | "peermem" | "mlx5" | "aer"
+    kind: str  # "xid" | "sxid" | "gpu_off_bus" | "nvrm" | "peermem" | "mlx5" | "aer" | "pcie"
     code: str
     device: str | None  # PCI bus id, sysfs spelling "dddd:bb:dd.f"; None when unnamed
     detail: str  # the message, one line, at most DETAIL_CHARS
+    fatal: bool | None = None  # the line's own "Fatal" (True) / "Non-fatal" (False) word
+    action: str | None = None  # the recovery action an Xid 154 names (RECOVERY_ACTIONS)
 
 
 # A bus id as the drivers print it: with or without domain, with or without function.
@@ -62,6 +82,18 @@ _LOOSE_BDF = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _LOOSE_BDF_RE = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?")
 
 _XID_RE = re.compile(r"NVRM: Xid \(([^)]{0,64})\): (\d{1,6})\b")
+# NVLink5 XIDs (144-150) print the unit's severity: "NETIR_LINK_EVT  Fatal   XC0 ...",
+# "RLW_SRC_TRACK Nonfatal XC1 ..." (leptonai/gpud's kmsg tests, tests/fixtures/kmsg/xid.txt)
+_FATAL_WORD_RE = re.compile(r"\b(Fatal|Nonfatal|Non-fatal)\b")
+# Xid 154: "GPU recovery action changed from 0x%x (%s) to 0x%x (%s)" (open-gpu-kernel-modules
+# src/nvidia/src/kernel/gpu/gpu.c, _gpuRefreshRecoveryActionInLock); the numbers are
+# NV2080_CTRL_GPU_RECOVERY_ACTION (ctrl2080gpu.h), the names _gpuRecoveryActionName's.
+_RECOVERY_ACTION_RE = re.compile(r"GPU recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) to 0x([0-9a-fA-F]+) \(")
+RECOVERY_ACTIONS: dict[int, str] = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset", 5: "recover_imex_domain"}
+# An RM status in an NVRM assertion: "... Assertion failed: GPU lost from the bus
+# [NV_ERR_GPU_IS_LOST] (0x0000000F) returned from ..." (nvassert.c prints nvstatusToString,
+# nvstatuscodes.h's text and name)
+_NV_ERR_RE = re.compile(r"\[(NV_ERR_GPU_IS_LOST|NV_ERR_RESET_REQUIRED)\]")
 _XID_ANY_RE = re.compile(r"NVRM: Xid\b")
 _NVRM_RE = re.compile(r"^\s*NVRM:")
 _THE_GPU_RE = re.compile(rf"NVRM: The NVIDIA GPU ({_LOOSE_BDF})\b")
@@ -70,29 +102,66 @@ _ANY_PCI_RE = re.compile(rf"PCI:({_LOOSE_BDF})\b")
 _OFF_BUS_RE = re.compile(r"fallen off the bus", re.IGNORECASE)
 _PROBE_FAILED_RE = re.compile(r"NVRM: The NVIDIA probe routine failed")
 
-_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(.{0,8})")
+_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(?:, (Fatal|Non-fatal|Nonfatal|Data)\b)?")
 _NVSWITCH_RE = re.compile(r"^\s*nvidia-nvswitch\d*:")
 
-_PEERMEM_RE = re.compile(r"^\s*nvidia-peermem\b")
+# nvidia-peermem's own lines ("nvidia-peermem nv_get_p2p_free_callback:127 ERROR ..."), the
+# module loader's for it ("nvidia_peermem: Unknown symbol ...") and MLNX_OFED's legacy
+# nv_peer_mem ("nv_peer_mem: disagrees about version of symbol ...", its own errors "nv_mem
+# <function>:<line> ...": Mellanox/nv_peer_memory nv_peer_mem.c, DRV_NAME "nv_mem")
+_PEERMEM_RE = re.compile(r"^\s*(?:nvidia[-_]peermem\b|nv_peer_mem\b|nv_mem \w+:\d+ )")
 _PEERMEM_INVALID_CTX_RE = re.compile(r"detected invalid context")
+# kernel/module/main.c: "%s: Unknown symbol %s (err %d)", "%s: disagrees about version of symbol %s"
+_MODULE_LOAD_FAILED_RE = re.compile(r"Unknown symbol|disagrees about version of symbol")
 
 _MLX5_RE = re.compile(r"^\s*mlx5_|\(mlx5_core\)")
 _MLX5_DEV_RE = re.compile(r"^\s*mlx5_core ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
-# First match wins: the more specific health lines before the generic ones.
-_MLX5_CODES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("health_compromised", re.compile(r"health compromised", re.IGNORECASE)),
-    ("unrecoverable", re.compile(r"unrecoverable", re.IGNORECASE)),
-    ("fatal_error", re.compile(r"Fatal error \d+ detected")),
-    ("fw_syndrome", re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)")),
-    ("cmd_timeout", re.compile(r"leak of a command resource|wait_func\w*:.*\btimeout\b")),
-    ("slot_power", re.compile(r"insufficient power on the PCIe slot")),
-    ("module_temp", re.compile(r"Port module event.*High Temperature", re.IGNORECASE)),
-    ("cable", re.compile(r"Port module event.*Cable error|Port module event\[error\]")),
-    ("module_unplugged", re.compile(r"Port module event.*Cable unplugged")),
-    ("high_temp", re.compile(r"High temperature on sensors")),
-    ("tx_timeout", re.compile(r"transmit queue \d* ?timed out")),
-    ("cmd_failed", re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
+# The driver core's "mlx5_core: probe of 0000:06:00.0 failed with error -22" (before Linux
+# 6.10: drivers/base/dd.c pr_warn) names the function after the driver.
+_PROBE_OF_RE = re.compile(r"\bprobe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) failed")
+# First match wins: the more specific health lines before the generic ones. Each pattern
+# comes with words (lower case) every line it matches contains: a cheap look first, the
+# regular expression only then (an ACCESS_REG storm is tens of thousands of lines a second).
+_MLX5_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    # the function is unusable: its page management or QP reset commands get no answer
+    # (wait_func's "<CMD>(0x...) timeout. Will cause a leak of a command resource")
+    ("fatal_cmd_timeout", ("timeout",), re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) timeout")),
+    # health.c: "health recovery flow aborted, PCI reads still not working" (and "..., PCI channel offline")
+    ("recovery_aborted", ("recovery flow aborted",), re.compile(r"health recovery flow aborted")),
+    # health.c print_health_info: the health buffer reads all ones (the device left the bus)
+    ("slot_unavailable", ("is unavailable",), re.compile(r"PCI slot (?:\d+ )?is unavailable")),
+    # main.c probe_one/init_one, drivers/base/dd.c (both wordings)
+    ("probe_failed", ("failed with error",), re.compile(r"\bprobe of \S+ failed with error|probe with driver \S+ failed with error|mlx5_(?:init|load)_one failed with error code")),
+    ("health_compromised", ("health compromised",), re.compile(r"health compromised", re.IGNORECASE)),
+    ("unrecoverable", ("unrecoverable",), re.compile(r"unrecoverable", re.IGNORECASE)),
+    ("fatal_error", ("fatal error",), re.compile(r"Fatal error (?:\d+ )?detected")),
+    ("fw_syndrome", ("health",), re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)")),
+    ("cmd_timeout", ("leak of a command resource", "wait_func"), re.compile(r"leak of a command resource|wait_func\w*:.*\btimeout\b")),
+    ("slot_power", ("insufficient power",), re.compile(r"insufficient power on the PCIe slot")),
+    ("module_temp", ("port module event",), re.compile(r"Port module event.*High Temperature", re.IGNORECASE)),
+    ("cable", ("port module event",), re.compile(r"Port module event.*Cable error|Port module event\[error\]")),
+    ("module_unplugged", ("port module event",), re.compile(r"Port module event.*Cable unplugged")),
+    ("high_temp", ("high temperature on sensors",), re.compile(r"High temperature on sensors")),
+    ("tx_timeout", ("timed out",), re.compile(r"transmit queue \d* ?timed out")),
+    ("cmd_failed", ("mlx5_cmd_out_err",), re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
 )
+
+# Lines of the PCIe port services (drivers/pci/pcie) about a link's error recovery.
+_PCIE_RE = re.compile(r"AER|PCIe Bus Error|DPC|pciehp|Link Active not set")
+# aer.c aer_print_error: "PCIe Bus Error: severity=%s, type=%s, (%s)" (before 4.19 ", id=%04x(%s)")
+_BUS_ERROR_RE = re.compile(r"PCIe Bus Error: severity=(Corrected|Correctable|Uncorrected \(Non-Fatal\)|Uncorrectable \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Fatal\))")
+# dpc.c dpc_process_error: "containment event, status:%#06x source:%#06x" (until 6.16), and
+# since "containment event, status:%#06x, %s received from %04x:%02x:%02x.%d" or
+# "containment event, status:%#06x: <reason> detected"
+_DPC_RE = re.compile(r"DPC: containment event, status:0x[0-9a-fA-F]+(?: source:0x([0-9a-fA-F]{1,4})|, ERR_(?:NON)?FATAL received from (" + _LOOSE_BDF + r")|:)")
+# err.c pcie_do_recovery (dev_fmt "AER: "): "device recovery failed", "subordinate device
+# reset failed"; "device recovery successful" is not a fault
+_RECOVERY_FAILED_RE = re.compile(r"AER: device recovery failed")
+_RESET_FAILED_RE = re.compile(r"AER: subordinate device reset failed")
+# pciehp_ctrl.c: "Slot(%s): Link Down" ("Link Down/Up ignored" when DPC recovered the link)
+_LINK_DOWN_RE = re.compile(r"pciehp: Slot\([^)]*\): Link Down(?!/)")
+# pci.c pcie_wait_for_link_delay: "Data Link Layer Link Active not set in %d msec"
+_DLL_INACTIVE_RE = re.compile(r"Data Link Layer Link Active not set in \d+ msec")
 
 _AER_RECEIVED_RE = re.compile(
     r"AER: (?:Multiple )?"
@@ -101,6 +170,9 @@ _AER_RECEIVED_RE = re.compile(
     r"(?::| from) (?:(" + _LOOSE_BDF + r")|id=([0-9a-fA-F]{1,4}))"
 )
 _DEV_PREFIX_RE = re.compile(r"^\s*\S+ ([0-9a-fA-F]{4,8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
+
+# Every driver name or wording ``feed`` looks for, as bytes: what ``wants`` lets through.
+_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|mlx5")
 
 _ERRORISH_RE = re.compile(
     r"\b(?:error|errors|fail|failed|failure|fatal|timeout|timed out|invalid|unable|lost|"
@@ -139,6 +211,11 @@ def _detail(message: str) -> str:
     return _CONTROL_RE.sub(" ", message[: DETAIL_CHARS * 4]).strip()[:DETAIL_CHARS]
 
 
+def _requester(rid: int, domain: str | None) -> str | None:
+    """A PCIe requester id (bus << 8 | device << 3 | function) as a bus id."""
+    return normalize_bdf(f"{domain or '0000'}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}")
+
+
 def _aer_code(severity: str) -> str:
     if "Fatal" not in severity:
         return "corrected"
@@ -157,6 +234,12 @@ class Extractor:
         self._gpu_ttl = 0
         self._xid79: str | None = None
         self._xid79_ttl = 0
+        self._aer_ttl = 0  # records a root port's "error received" header covers
+
+    def wants(self, record: bytes) -> bool:
+        """Whether a raw record can hold a line this catalogue recognises (a cheap look at
+        its bytes; the records it skips are not fed, and do not age the context)."""
+        return _WANTED_RE.search(record, 0, MAX_MATCH_CHARS + 64) is not None
 
     def feed(self, message: str, fields: Mapping[str, str] | None = None) -> Extracted | None:
         if self._gpu_ttl > 0:
@@ -167,15 +250,19 @@ class Extractor:
             self._xid79_ttl -= 1
             if self._xid79_ttl == 0:
                 self._xid79 = None
+        if self._aer_ttl > 0:
+            self._aer_ttl -= 1
         text = message[:MAX_MATCH_CHARS]
         if "NVRM" in text and _NVRM_RE.match(text):
             return self._nvrm(text, fields)
         if "nvswitch" in text and _NVSWITCH_RE.match(text):
             return self._nvswitch(text, fields)
-        if "peermem" in text and _PEERMEM_RE.match(text):
+        if "mem" in text and _PEERMEM_RE.match(text):
             return self._peermem(text, fields)
-        if "AER" in text:
-            return self._aer(text, fields)
+        if _PCIE_RE.search(text):
+            found = self._pcie(text, fields)
+            if found is not None or "mlx5" not in text:
+                return found
         if "mlx5" in text and _MLX5_RE.search(text):
             return self._mlx5(text, fields)
         return None
@@ -196,9 +283,25 @@ class Extractor:
             if code == "79":
                 self._xid79 = device
                 self._xid79_ttl = CONTEXT_RECORDS + 1
-            return Extracted("xid", code, device, detail)
+            rest = text[m.end() :]
+            word = _FATAL_WORD_RE.search(rest)
+            action = _RECOVERY_ACTION_RE.search(rest) if code == "154" else None
+            return Extracted(
+                "xid", code, device, detail,
+                fatal=None if word is None else word.group(1) == "Fatal",
+                action=None if action is None else RECOVERY_ACTIONS.get(int(action.group(1), 16), "unknown"),
+            )  # fmt: skip
         if _XID_ANY_RE.search(text):  # an Xid line we cannot read: counted, not lost
             return Extracted("nvrm", "other", _field_device(fields), detail)
+        status = _NV_ERR_RE.search(text)
+        if status is not None:  # an RM assertion that the GPU is lost, or needs a reset
+            named = _NVRM_GPU_BDF_RE.search(text) or _ANY_PCI_RE.search(text)
+            device = (_bdf(named.group(1)) if named else None) or self._gpu or _field_device(fields)
+            if status.group(1) == "NV_ERR_RESET_REQUIRED":
+                return Extracted("nvrm", "reset_required", device, detail)
+            if device is not None and device == self._xid79:
+                return None  # the Xid 79 already reported it
+            return Extracted("gpu_off_bus", "gpu_is_lost", device, detail)
         named = _NVRM_GPU_BDF_RE.search(text) or _THE_GPU_RE.search(text)
         device = _bdf(named.group(1)) if named else None
         if device is None:
@@ -221,10 +324,11 @@ class Extractor:
     def _nvswitch(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _SXID_RE.search(text)
         if m is not None:
-            if m.group(3).startswith(", Data"):
+            word = m.group(3)
+            if word == "Data":
                 return None  # the register dump of an SXid already counted
             device = _bdf(m.group(1)) or _field_device(fields)
-            return Extracted("sxid", str(int(m.group(2))), device, _detail(text))
+            return Extracted("sxid", str(int(m.group(2))), device, _detail(text), fatal=None if word is None else word == "Fatal")
         if _ERRORISH_RE.search(text):
             return Extracted("sxid", "other", _field_device(fields), _detail(text))
         return None
@@ -232,32 +336,55 @@ class Extractor:
     def _peermem(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         if _PEERMEM_INVALID_CTX_RE.search(text):
             return Extracted("peermem", "invalid_context", _field_device(fields), _detail(text))
+        if _MODULE_LOAD_FAILED_RE.search(text):  # the module did not load: no GPUDirect through it
+            return Extracted("peermem", "load_failed", None, _detail(text))
         if _ERRORISH_RE.search(text):
             return Extracted("peermem", "other", _field_device(fields), _detail(text))
         return None
 
     def _mlx5(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
-        m = _MLX5_DEV_RE.match(text)
+        m = _MLX5_DEV_RE.match(text) or _PROBE_OF_RE.search(text)
         device = normalize_bdf(m.group(1)) if m else _field_device(fields)
-        for code, pattern in _MLX5_CODES:
-            if pattern.search(text):
+        low = text.lower()
+        for code, words, pattern in _MLX5_CODES:
+            if any(w in low for w in words) and pattern.search(text):
                 return Extracted("mlx5", code, device, _detail(text))
         if _ERRORISH_RE.search(text):
             return Extracted("mlx5", "other", device, _detail(text))
         return None
 
-    def _aer(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
+    def _pcie(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
+        """AER errors (counted once: from the root port's header, or from the device's own
+        "PCIe Bus Error" line when no header came just before it) and the port services'
+        recovery: DPC containment, a recovery or reset that failed, a hotplug link down,
+        a link that did not come back."""
+        prefix = _DEV_PREFIX_RE.match(text)
+        printer = _bdf(prefix.group(0).split()[-1]) if prefix else _field_device(fields)
+        domain = printer.split(":")[0] if printer else None
         m = _AER_RECEIVED_RE.search(text)
-        if m is None:
-            return None  # "PCIe Bus Error" and status lines: details of a counted error
-        port = _DEV_PREFIX_RE.match(text)
-        domain = port.group(1) if port else None
-        if domain is None:
-            dev = _field_device(fields)
-            domain = dev.split(":")[0] if dev else None
-        if m.group(2):
-            device = _bdf(m.group(2), domain)
-        else:  # requester id: bus << 8 | device << 3 | function (before Linux 4.19)
-            rid = int(m.group(3), 16)
-            device = normalize_bdf(f"{domain or '0000'}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}")
-        return Extracted("aer", _aer_code(m.group(1)), device, _detail(text))
+        if m is not None:
+            self._aer_ttl = CONTEXT_RECORDS + 1  # the "PCIe Bus Error" lines after it are its details
+            if m.group(2):
+                device = _bdf(m.group(2), domain)
+            else:  # requester id: bus << 8 | device << 3 | function (before Linux 4.19)
+                device = _requester(int(m.group(3), 16), domain)
+            return Extracted("aer", _aer_code(m.group(1)), device, _detail(text))
+        bus_error = _BUS_ERROR_RE.search(text)
+        if bus_error is not None:
+            if self._aer_ttl > 0:
+                return None  # a detail of the error its header counted
+            # no header: firmware-first (APEI/GHES) platforms, or a log that dropped the
+            # header's KERN_INFO line: one event for the device that printed it
+            return Extracted("aer", _aer_code(bus_error.group(1)), printer, _detail(text))
+        dpc = _DPC_RE.search(text)
+        if dpc is not None:
+            self._aer_ttl = CONTEXT_RECORDS + 1  # the port's own error lines after it are its details
+            source = _bdf(dpc.group(2), domain) if dpc.group(2) else None
+            if dpc.group(1) and int(dpc.group(1), 16):
+                source = _requester(int(dpc.group(1), 16), domain)
+            return Extracted("pcie", "dpc", source or printer, _detail(text))
+        for code, pattern in (("recovery_failed", _RECOVERY_FAILED_RE), ("reset_failed", _RESET_FAILED_RE),
+                              ("link_down", _LINK_DOWN_RE), ("link_inactive", _DLL_INACTIVE_RE)):
+            if pattern.search(text):
+                return Extracted("pcie", code, printer, _detail(text))
+        return None

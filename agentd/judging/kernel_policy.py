@@ -13,9 +13,16 @@ out. Severity follows NVIDIA's immediate resolution bucket:
 
 - RESET_GPU, RESTART_BM, RESTART_VM, WORKFLOW_XID_48 (DBE): the node must act ->
   critical, once (46, 48, 62, 64, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158).
+  RESET_GPU ones hold until the GPU is seen reset, RESTART_BM ones until the node reboots
+  (``EventPolicy.until``; the check says how).
 - RESTART_APP, IGNORE, CHECK_APP, CHECK_UVM, UPDATE_SWFW, WORKFLOW_XID_45 and XID_154
-  (informational about another Xid): the application failed, the node did not -> count
-  (13, 31, 43, 45, 68, ...); these must never degrade the node.
+  (informational about another Xid): the application failed, the node did not -> count,
+  shown as info (13, 31, 43, 45, 68, ...); these must never degrade the node.
+- The line's own words decide where it has them (``policy_of``): an NVLink5 Xid (or an
+  Xid newer than the table) that says "Fatal" is critical once; an Xid 154 is the
+  recovery action it names (GPU Reset Required, Drain and Reset: critical until reset;
+  Node Reboot Required: critical until reboot; Drain P2P, Recover IMEX Domain: warning;
+  None: info, and the GPU's reset).
 - CHECK_MECHANICALS (54, auxiliary power), CONTACT_SUPPORT -> warning, once.
 - WORKFLOW_NVLINK_ERR (74, Hopper NVLink): NVIDIA's workflow decodes the register bits; most
   say "hardware, check the link" -> critical, once (the finding's remediation names the workflow).
@@ -39,37 +46,49 @@ SXID (NVSwitch): the SXids leptonai/gpud lists from NVIDIA's Fabric Manager user
 (docs.nvidia.com/datacenter/tesla/pdf/fabric-manager-user-guide.pdf, "NVSwitch errors";
 gpud components/accelerator/nvidia/sxid/sxid.go): "always fatal" critical once,
 "potentially fatal" warning once, listed non-fatal ones (single-bit ECC, ...) count,
-unknown ones warning repeated (3). The driver's own "Fatal"/"Non-fatal" word is in the
-event's detail for the reader.
+unknown ones warning repeated (3); non-fatal listed ones count (info). An SXid whose line
+says "Fatal" is critical once, listed or not.
 
 mlx5 (ConnectX firmware/driver, following NVIDIA NVSentinel's NIC syslog detection design,
 docs.nvidia.com/nvsentinel/components/nic-health-monitor/syslog-detection-and-correlation):
-health compromised / unrecoverable / fatal error critical once; firmware command timeouts
-warning repeated (3); slot power, module temperature, cable errors warning once; the rest count.
+health compromised / unrecoverable / fatal error critical once; page-management and
+QP-reset command timeouts (NVSentinel: the function is unusable), health recovery aborted,
+PCI slot unavailable critical once; other firmware command timeouts warning repeated (3);
+a failed probe, slot power, module temperature, cable errors warning once; the rest count.
 
 PCIe AER: fatal critical once; non-fatal warning repeated (3); corrected warning repeated
-(100 in the window): corrected errors are routine on a healthy link, a storm is not.
+(100 in the window), info below it: corrected errors are routine on a healthy link, a
+storm is not. PCIe recovery: a failed recovery or subordinate reset critical once; DPC
+containment, a hotplug link down, a link that did not come back warning once.
 
-gpu_off_bus critical once; peermem invalid context warning repeated (3).
+gpu_off_bus (and NV_ERR_GPU_IS_LOST) critical once until reboot; NV_ERR_RESET_REQUIRED
+critical once until reset; peermem invalid context warning repeated (3), a load failure
+(unknown symbols) warning once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-Severity = Literal["ok", "warning", "critical"]
+from agentd.model import KernelEvent, Severity
+
 Rule = Literal["once", "repeated", "count"]
+# How long a one-off critical event holds: until the GPU is seen reset (or the node
+# reboots), until the node reboots, or kernel.hold_s.
+Until = Literal["reset", "reboot"]
 
 
 @dataclass(frozen=True)
 class EventPolicy:
-    severity: Severity  # what a finding says when the rule fires
-    rule: Rule  # once | repeated (threshold events within the window) | count (never a finding)
+    severity: Severity  # what a finding says when the rule fires ("info" for counted events worth showing)
+    rule: Rule  # once | repeated (threshold events within the window) | count (never judged)
     threshold: int = 1
     title: str = ""
     remediation: str = ""
+    until: Until | None = None  # a one-off critical event that holds until a reset or reboot
+    below: Severity | None = None  # a repeated rule below its threshold: the events shown at this severity (info)
 
 
 # code: (mnemonic, description, immediate resolution, investigatory resolution)
@@ -201,6 +220,8 @@ _REMEDIATION_BY_BUCKET: Mapping[str, str] = {
     "CONTACT_SUPPORT": "Collect nvidia-bug-report.sh and contact NVIDIA support",
 }
 _APP_REMEDIATION = "Application-level GPU error: restart the application; the node needs no action"
+# How long a bucket's one-off critical event holds (EventPolicy.until)
+_UNTIL_BY_BUCKET: Mapping[str, Until] = {"RESET_GPU": "reset", "RESTART_BM": "reboot"}
 
 _CRITICAL_BUCKETS = frozenset({"RESET_GPU", "RESTART_BM", "RESTART_VM", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR"})
 _WARNING_ONCE_BUCKETS = frozenset({"CHECK_MECHANICALS", "CONTACT_SUPPORT"})
@@ -228,14 +249,15 @@ def xid_policy(xid: int) -> EventPolicy:
     override = _XID_OVERRIDES.get(xid)
     if override is not None:
         severity, rule, threshold, remediation = override
-        return EventPolicy(severity, rule, threshold, title, remediation)
+        until: Until | None = "reset" if severity == "critical" and remediation == _REMEDIATION_BY_BUCKET["RESET_GPU"] else None
+        return EventPolicy(severity, rule, threshold, title, remediation, until=until)
     if bucket in _CRITICAL_BUCKETS:
-        return EventPolicy("critical", "once", 1, title, _REMEDIATION_BY_BUCKET[bucket])
+        return EventPolicy("critical", "once", 1, title, _REMEDIATION_BY_BUCKET[bucket], until=_UNTIL_BY_BUCKET.get(bucket))
     if bucket == "WORKFLOW_NVLINK5_ERR":
         return EventPolicy("warning", "repeated", 3, title, _REMEDIATION_BY_BUCKET[bucket])
     if bucket in _WARNING_ONCE_BUCKETS:
         return EventPolicy("warning", "once", 1, title, _REMEDIATION_BY_BUCKET[bucket])
-    return EventPolicy("ok", "count", 1, title, _APP_REMEDIATION)
+    return EventPolicy("info", "count", 1, title, _APP_REMEDIATION)
 
 
 # SXid -> (always fatal, potentially fatal, name): from gpud's catalogue of the Fabric
@@ -287,18 +309,29 @@ def sxid_policy(code: str) -> EventPolicy:
         return EventPolicy("critical", "once", 1, title, _SXID_REMEDIATION)
     if potential:
         return EventPolicy("warning", "once", 1, title, _SXID_REMEDIATION)
-    return EventPolicy("ok", "count", 1, title, "")
+    return EventPolicy("info", "count", 1, title, "Non-fatal SXid: counted and shown; the fabric needs no action unless it repeats")
 
 
 _COUNT = EventPolicy("ok", "count", 1)
 _NIC_FW = "Collect mlxfwdump/sysinfo-snapshot, reset the HCA (mlxfwreset) or reboot; replace it if it recurs"
+_PCIE_RECOVERY = "Drain the node; `dmesg | grep -iE 'aer|dpc|pciehp'` names the port and device; reseat or replace the device, riser or cable; reboot to bring the device back"
 
 _POLICIES: Mapping[tuple[str, str], EventPolicy] = {
-    ("gpu_off_bus", "off_bus"): EventPolicy("critical", "once", 1, "GPU has fallen off the bus", _REMEDIATION_BY_BUCKET["RESTART_BM"]),
+    ("gpu_off_bus", "off_bus"): EventPolicy("critical", "once", 1, "GPU has fallen off the bus", _REMEDIATION_BY_BUCKET["RESTART_BM"], until="reboot"),
+    ("gpu_off_bus", "gpu_is_lost"): EventPolicy("critical", "once", 1, "GPU lost from the bus (NV_ERR_GPU_IS_LOST)", _REMEDIATION_BY_BUCKET["RESTART_BM"], until="reboot"),
+    ("nvrm", "reset_required"): EventPolicy("critical", "once", 1, "NVIDIA driver: the GPU needs a reset (NV_ERR_RESET_REQUIRED)", _REMEDIATION_BY_BUCKET["RESET_GPU"], until="reset"),
     ("nvrm", "probe_failed"): EventPolicy("warning", "once", 1, "NVIDIA driver failed to initialise a GPU", "Check dmesg for the GPU the driver could not probe; reseat or replace it"),
     ("peermem", "invalid_context"): EventPolicy(
         "warning", "repeated", 3, "nvidia-peermem: invalid context", "GPUDirect RDMA memory was freed under an active registration; check the nvidia-peermem and driver versions"
     ),
+    ("peermem", "load_failed"): EventPolicy(
+        "warning", "once", 1, "GPUDirect RDMA module failed to load (unknown or mismatched symbols)",
+        "The peer-memory module was built against another NVIDIA driver or MLNX_OFED: rebuild it (DKMS) for the running ones, or use nvidia-peermem / DMA-BUF",
+    ),
+    ("mlx5", "fatal_cmd_timeout"): EventPolicy("critical", "once", 1, "HCA firmware does not answer page-management or QP-reset commands (the function is unusable)", _NIC_FW),
+    ("mlx5", "recovery_aborted"): EventPolicy("critical", "once", 1, "HCA health recovery aborted (PCI reads failing)", _NIC_FW),
+    ("mlx5", "slot_unavailable"): EventPolicy("critical", "once", 1, "HCA no longer answers on PCIe (PCI slot unavailable)", "Drain and reboot; check the slot, riser and the HCA's power; replace the HCA if it recurs"),
+    ("mlx5", "probe_failed"): EventPolicy("warning", "once", 1, "HCA function failed to probe", "dmesg | grep mlx5_core for the error code; update the firmware or driver, reload mlx5_core or reboot"),
     ("mlx5", "health_compromised"): EventPolicy("critical", "once", 1, "HCA health compromised (firmware stopped responding)", _NIC_FW),
     ("mlx5", "unrecoverable"): EventPolicy("critical", "once", 1, "HCA unrecoverable hardware error", _NIC_FW),
     ("mlx5", "fatal_error"): EventPolicy("critical", "once", 1, "HCA fatal error", _NIC_FW),
@@ -311,8 +344,48 @@ _POLICIES: Mapping[tuple[str, str], EventPolicy] = {
     ("mlx5", "tx_timeout"): EventPolicy("warning", "repeated", 3, "HCA transmit queue timeouts", "Check the port and the HCA firmware; reset the interface if it repeats"),
     ("aer", "fatal"): EventPolicy("critical", "once", 1, "PCIe uncorrected fatal error", "Drain the node; check the device and its slot/riser, reseat or replace; reboot to recover the link"),
     ("aer", "nonfatal"): EventPolicy("warning", "repeated", 3, "PCIe uncorrected non-fatal errors", "Check the device and its slot/riser; reseat or replace if they continue"),
-    ("aer", "corrected"): EventPolicy("warning", "repeated", 100, "PCIe corrected error storm", "Check the link (lspci -vv LnkSta, AER counters) and reseat the device or riser"),
+    ("aer", "corrected"): EventPolicy("warning", "repeated", 100, "PCIe corrected error storm", "Check the link (lspci -vv LnkSta, AER counters) and reseat the device or riser", below="info"),
+    ("pcie", "dpc"): EventPolicy("warning", "once", 1, "PCIe Downstream Port Containment: the link was reset after an uncorrectable error", "dmesg names the source; a repeat or a failed recovery means the device, riser or slot"),
+    ("pcie", "recovery_failed"): EventPolicy("critical", "once", 1, "PCIe error recovery failed", _PCIE_RECOVERY),
+    ("pcie", "reset_failed"): EventPolicy("critical", "once", 1, "PCIe reset of the devices below a port failed", _PCIE_RECOVERY),
+    ("pcie", "link_down"): EventPolicy("warning", "once", 1, "PCIe hotplug slot link down", "The device below the slot dropped off the link: check it is back (lspci), reseat it if not"),
+    ("pcie", "link_inactive"): EventPolicy("warning", "once", 1, "PCIe link did not come back after a reset (Data Link Layer Link Active not set)", "Check the device below the port (lspci -vv LnkSta); reseat it, or reboot"),
 }
+
+# Xid 154 names the recovery action the driver now wants for the GPU: the line decides.
+_ACTION_REMEDIATION = "Follow the recovery action the driver names (nvidia-smi -q -d RECOVERY_ACTION, or NVML nvmlDeviceGetGpuRecoveryAction)"
+_RECOVERY_POLICIES: Mapping[str, EventPolicy] = {
+    "gpu_reset": EventPolicy("critical", "once", 1, "GPU reset required", _REMEDIATION_BY_BUCKET["RESET_GPU"], until="reset"),
+    "node_reboot": EventPolicy("critical", "once", 1, "node reboot required", _REMEDIATION_BY_BUCKET["RESTART_BM"], until="reboot"),
+    "drain_and_reset": EventPolicy("critical", "once", 1, "drain and reset the GPU", "Let running jobs finish, schedule no new ones, then reset the GPU (nvidia-smi -r)", until="reset"),
+    "drain_p2p": EventPolicy("warning", "once", 1, "drain peer-to-peer (NVLink) traffic", _ACTION_REMEDIATION),
+    "recover_imex_domain": EventPolicy("warning", "once", 1, "recover the IMEX domain", "Restart the IMEX domain (nvidia-imex) the GPU belongs to; multi-node NVLink memory is unavailable until then"),
+    "unknown": EventPolicy("warning", "once", 1, "an unknown recovery action", _ACTION_REMEDIATION),
+    "none": EventPolicy("info", "count", 1, "no recovery action needed (the GPU was reset)", "None: the driver says the GPU needs nothing"),
+}
+
+
+def policy_of(e: KernelEvent) -> EventPolicy:
+    """The policy for one event: the catalogue's for its kind and code, decided by the
+    line's own words where it has them. An NVLink5 XID (or an XID newer than the table) or
+    an SXID that says "Fatal" is critical once; "Non-fatal" keeps the table's rule. An Xid
+    154 is the recovery action it names."""
+    pol = event_policy(e.kind, e.code)
+    if e.kind == "xid" and e.code == "154" and e.action is not None:
+        action = _RECOVERY_POLICIES.get(e.action, _RECOVERY_POLICIES["unknown"])
+        return replace(action, title=f"{pol.title}: {action.title}")
+    if e.fatal and e.kind in ("xid", "sxid") and pol.severity != "critical":
+        entry = XID_CATALOGUE.get(int(e.code)) if e.code.isdigit() else None
+        fatal_ok = e.kind == "sxid" or pol is UNKNOWN_XID or (entry is not None and entry[2] == "WORKFLOW_NVLINK5_ERR")
+        if fatal_ok:
+            return replace(pol, severity="critical", rule="once", threshold=1, title=f"{pol.title} (Fatal)", below=None)
+    return pol
+
+
+def is_reset(e: KernelEvent) -> bool:
+    """Whether the event says its GPU was reset: Xid 154 with the recovery action back to
+    None (the driver clears the action it asked for once the GPU is reset)."""
+    return e.kind == "xid" and e.code == "154" and e.action == "none"
 
 
 def event_policy(kind: str, code: str) -> EventPolicy:

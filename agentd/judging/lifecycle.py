@@ -20,7 +20,7 @@ policy in ``[lifecycle]``:
 
 Withheld findings never count toward the node's health (``agentd.model.overall_status``,
 ``counted``): not for /health, the Slurm wrapper, NFD labels or the NCCL files. ok-severity
-facts pass through untouched. With the default policy (nothing observed, no windows, no
+facts and info findings (events, never judged) pass through untouched. With the default policy (nothing observed, no windows, no
 grace) the findings are the checks' own, plus ``since``.
 
 ``Tracks`` round-trip through JSON (``to_json``/``from_json``) so a restart keeps every
@@ -44,7 +44,7 @@ from typing import Iterable, Mapping
 from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.config import FindingPolicy, LifecycleSettings
 from agentd.judging.findings import restored
-from agentd.model import Finding, Withheld, sort_findings
+from agentd.model import SEVERITY_RANK, Finding, Withheld, sort_findings
 
 Key = tuple[str, str]  # (code, subject)
 _DEFAULT = FindingPolicy()
@@ -98,7 +98,7 @@ class Tracks:
                 f = restored(item["finding"])
                 since, last = float(item["since"]), float(item["last_seen"])
                 seen, raised = int(item["seen"]), item["raised"]
-                if not (math.isfinite(since) and math.isfinite(last)) or seen < 1 or not isinstance(raised, bool) or f.severity == "ok":
+                if not (math.isfinite(since) and math.isfinite(last)) or seen < 1 or not isinstance(raised, bool) or not SEVERITY_RANK[f.severity]:
                     continue
             except Exception:
                 continue
@@ -218,7 +218,7 @@ def advance(tracks: Tracks, findings: Iterable[Finding], *, now: float, settings
     out: list[Finding] = []
     deadlines: list[float] = []  # on the aging clock
     for f in findings:
-        if f.severity == "ok":
+        if not SEVERITY_RANK[f.severity]:  # ok facts and info events: no episode to track
             out.append(f)
             continue
         key = (f.code, f.subject)

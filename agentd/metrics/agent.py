@@ -12,6 +12,7 @@ from agentd.base.ids import bus_id_label
 from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
+from agentd.model import SEVERITIES
 
 if TYPE_CHECKING:  # psutil is imported when first asked (it stays out of agentd check's start-up)
     import psutil
@@ -26,11 +27,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_healthy", G, "1 when /health answers 200 (no critical finding and data fresh, or maintenance), else 0.", ()),
     Family("agentd_maintenance", G, "1 while the node is in maintenance (agentd maintenance on; after off until a full fresh collection): /health answers 200 'maintenance', the Slurm wrapper changes nothing, NCCL files are kept.", ()),
     Family("agentd_maintenance_start_timestamp_seconds", G, "Unix time the current maintenance started.", ()),
-    Family("agentd_finding", G, "One series (value 1) per current finding that counts toward health (withheld ones: agentd_finding_withheld).", ("code", "severity", "subject")),
+    Family("agentd_finding", G, "One series (value 1) per current finding that is not withheld (withheld ones: agentd_finding_withheld); severity ok (facts) and info (events such as an application's XID) never weigh on health.", ("code", "severity", "subject")),
     Family("agentd_finding_withheld", G, "One series (value 1) per current finding that does not count toward health, and why: observe (lifecycle.observe), pending (lifecycle raise_after not met yet), boot_grace.", ("code", "severity", "subject", "reason")),
     Family("agentd_finding_since_timestamp_seconds", G, "Unix time each current non-ok finding was first seen in this episode (lifecycle; survives restarts).", ("code", "subject")),
     Family("agentd_finding_clears_at_timestamp_seconds", G, "Unix time a sticky finding that is no longer seen stops counting (lifecycle clear_after_s).", ("code", "subject")),
-    Family("agentd_findings", G, "Number of current findings that count, per severity.", ("severity",)),
+    Family("agentd_findings", G, "Number of current findings that are not withheld, per severity (ok and info never weigh on health).", ("severity",)),
     Family("agentd_probe_duration_seconds", G, "Duration of the latest run of the probe (the timeout when it timed out).", ("probe",)),
     Family("agentd_probe_success", G, "1 when the latest run of the probe finished without a source-level failure or timeout.", ("probe",)),
     Family("agentd_probe_last_success_timestamp_seconds", G, "Unix time the probe last finished successfully.", ("probe",)),
@@ -94,7 +95,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
         x.add("agentd_maintenance_start_timestamp_seconds", (), since)
     seen = set()
     timed = set()
-    counts = {"ok": 0, "warning": 0, "critical": 0}
+    counts = dict.fromkeys(SEVERITIES, 0)
     for f in findings:
         key = (f.code, f.severity, f.subject)
         if f.withheld is None:

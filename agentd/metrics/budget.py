@@ -20,10 +20,10 @@ the last apply time once a change was made): 4 to 5 series a knob.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,143 | 2,718 |
-| `h100-ib with [enforce]` (mode plan, every knob named: `agentd_enforce_info`, `agentd_enforce_drift` per knob) | 1,152 | 2,727 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,007 | 5,006 |
-| `no-gpu-no-hca` (a node without GPUs or HCAs) | 103 | 103 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,145 | 2,720 |
+| `h100-ib with [enforce]` (mode plan, every knob named: `agentd_enforce_info`, `agentd_enforce_drift` per knob) | 1,154 | 2,729 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,009 | 5,008 |
+| `no-gpu-no-hca` (a node without GPUs or HCAs) | 104 | 104 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
 agentd.toml, docs/config.md):

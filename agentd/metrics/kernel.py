@@ -17,10 +17,11 @@ C: Final[MetricType] = "counter"
 FAMILIES: tuple[Family, ...] = (
     Family("agentd_kernel_log_up", G, "1 when agentd reads the kernel log (/dev/kmsg, or the recorded dev/kmsg), 0 when it cannot (the kernel.log.unreadable finding says why); absent where there is none to read.", ()),
     Family("agentd_kernel_log_records_total", C, "Kernel log records read since agentd started on this boot (records a previous agentd on this boot read are not counted again).", ()),
-    Family("agentd_kernel_log_lost_records_total", C, "Kernel log records the kernel overwrote before agentd read them.", ()),
+    Family("agentd_kernel_log_lost_records_total", C, "Kernel log records agentd never read: the kernel overwrote them before agentd got to them (a flood outran the reader's bounded pace), or a one-shot read passed over them.", ()),
+    Family("agentd_kernel_log_behind", G, "1 while the kernel log reader stopped its last poll at its time budget with records still waiting (a flood; it goes on at the next poll), else 0.", ()),
     Family(
         "agentd_kernel_events_total", C,
-        "Kernel log events by kind (xid, sxid, gpu_off_bus, nvrm, peermem, mlx5, aer) and code (the XID or SXID number, an mlx5 or AER class, other), with the GPU (gpu, pci_bus_id as dcgm-exporter), the HCA (device) or the PCI function (pci_bus_id) the line names.",
+        "Kernel log events by kind (xid, sxid, gpu_off_bus, nvrm, peermem, mlx5, aer, pcie) and code (the XID or SXID number, an mlx5, AER or PCIe recovery class, other), with the GPU (gpu, pci_bus_id as dcgm-exporter), the HCA (device) or the PCI function (pci_bus_id) the line names.",
         ("kind", "code", "gpu", "pci_bus_id", "device"),
     ),  # fmt: skip
 )
@@ -43,6 +44,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
         return
     x.add("agentd_kernel_log_records_total", (), log.records)
     x.add("agentd_kernel_log_lost_records_total", (), log.lost)
+    x.add("agentd_kernel_log_behind", (), log.behind)
     gpus = {g.pci_bus_id: g.index for g in snap.gpus}
     hcas = {h.pci_bus_id: h.name for h in snap.hcas if h.pci_bus_id}
     for c in log.counts:

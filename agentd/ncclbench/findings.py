@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from agentd.judging.findings import bench_subject, finding
-from agentd.model import Finding
+from agentd.model import SEVERITY_RANK, Finding
 from agentd.ncclbench.expect import Expectation
 from agentd.ncclbench.results import BenchRun
 
@@ -52,7 +52,7 @@ def likely_causes(current: Iterable[Finding], transport: str = "nvlink") -> list
         idx = next((i for i, p in enumerate(order) if f.code.startswith(p)), len(order))
         return (idx, -{"critical": 2, "warning": 1}.get(f.severity, 0), f.code, f.subject)
 
-    picked = [f for f in current if f.severity != "ok" and f.code.startswith(_CAUSE_PREFIXES)]
+    picked = [f for f in current if SEVERITY_RANK[f.severity] > 0 and f.code.startswith(_CAUSE_PREFIXES)]
     return sorted(picked, key=rank)
 
 

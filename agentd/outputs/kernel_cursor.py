@@ -1,9 +1,11 @@
 """Where the kernel log reader left off, persisted so a restart goes on from there.
 
 ``<paths.state_dir>/kernel-cursor.json``: the boot id, the last record's sequence number,
-and the recent events that make findings (agentd.host.kernel_log.cursor_of). The next
-agentd on the same boot neither counts those records again nor forgets those events when
-the ring buffer has overwritten them; on another boot the file is ignored. Written
+and the events that make findings (agentd.host.kernel_log.cursor_of: the recent ones and
+the latest of each kind, code and device, so an event held until a reset or a reboot
+survives the restart), with the resets that end such holds. The next agentd on the same
+boot neither counts those records again nor forgets those events when the ring buffer has
+overwritten them; on another boot the file is ignored. Written
 atomically; read bounded; a damaged file is ignored (the log is then read from its start,
 as on a first start).
 """
@@ -17,7 +19,7 @@ from agentd.base.atomic import WriteResult, atomic_write, read_regular
 from agentd.base.jsontypes import JsonObject
 from agentd.config import STATE_DIR_FILES
 from agentd.host.kernel_log import cursor_of
-from agentd.judging.kernel_policy import event_policy
+from agentd.judging.kernel_policy import is_reset, policy_of
 from agentd.model import KernelEvent, KernelLog
 
 CURSOR_FILE = STATE_DIR_FILES["kernel_cursor"]
@@ -38,8 +40,9 @@ def load_cursor(path: Path) -> JsonObject | None:
 
 
 def judged(e: KernelEvent) -> bool:
-    """Events worth keeping across a restart: those a rule can make a finding of."""
-    return event_policy(e.kind, e.code).rule != "count"
+    """Events worth keeping across a restart: those a rule can make a finding of, and a
+    GPU's reset (it ends the holds of the events before it)."""
+    return policy_of(e).rule != "count" or is_reset(e)
 
 
 def save_cursor(path: Path, log: KernelLog) -> WriteResult | None:

@@ -26,7 +26,7 @@ from agentd.base.atomic import WriteResult, atomic_write
 from agentd.config import AgentConfig, FabricSettings
 from agentd.judging.placement import Placement, placement
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, IbPort, NodeSnapshot, counted, overall_status
+from agentd.model import SEVERITY_RANK, Finding, IbPort, NodeSnapshot, counted, overall_status
 
 DEFAULT_PREFIX = "agentd.io/"
 # Kubernetes label value: at most 63 characters, alphanumerics at both ends, '-', '_'
@@ -82,12 +82,12 @@ def _gdr_mode(snapshot: NodeSnapshot, findings: Sequence[Finding]) -> str:
 
 def _nvlink_state(snapshot: NodeSnapshot, findings: Sequence[Finding]) -> str:
     """none: no GPU reports NVLinks; unknown: GPUs but no NVML answer; degraded: an
-    nvlink.* finding above ok; ok otherwise."""
+    nvlink.* finding that weighs on health (warning or critical); ok otherwise."""
     if not snapshot.nvml.available:
         return "unknown" if snapshot.gpus else "none"
     if not any(g.nvlinks for g in snapshot.nvml.gpus):
         return "none"
-    if any(f.code.startswith("nvlink.") and f.severity != "ok" for f in findings):
+    if any(f.code.startswith("nvlink.") and SEVERITY_RANK[f.severity] > 0 for f in findings):
         return "degraded"
     return "ok"
 

@@ -6,8 +6,9 @@ is real published driver output (the sources below, the same lines as
 tests/fixtures/kmsg with their provenance in tests/fixtures/SOURCES.md), with only the
 PCI bus id, pid and process name replaced by the target's. A kernel log only grows:
 clearing such a fault appends nothing and removes nothing, so its finding goes away
-when its window (``kernel.window_s``) or hold (``kernel.hold_s``) has passed, as on a
-real node.
+when its window (``kernel.window_s``) or hold (``kernel.hold_s``; an Xid 79 or a GPU off
+the bus: until a reboot, which ``kernel.reset_hold_s`` bounds) has passed, as on a real
+node. ``agentd run --simulate`` holds them 30 s, so a cleared one visibly recovers.
 
 Sources:
 - Xid 79, 13, 43: leptonai/gpud (Apache-2.0) @ 4a8de33a3f02, components/accelerator/nvidia/xid/kmsg_test.go

@@ -181,7 +181,7 @@ _KINDS = [
          N.process_down_apply("nv-fabricmanager"), N.process_restores("nv-fabricmanager")),
     Kind("imex_down", "none", "the nvidia-imex process has exited: its proc/<pid> directory is removed; gb200-nvl only (a finding only where [fabric] imex = true)",
          N.process_down_apply("nvidia-imex"), N.process_restores("nvidia-imex")),
-    Kind("xid", "gpu", "dev/kmsg gets the driver's 'NVRM: Xid (PCI:dddd:bb:dd): VALUE, ...' line for the GPU (real wording per XID; default 79, fallen off the bus). The log only grows: clearing removes nothing, the finding goes when kernel.hold_s / window_s has passed",
+    Kind("xid", "gpu", "dev/kmsg gets the driver's 'NVRM: Xid (PCI:dddd:bb:dd): VALUE, ...' line for the GPU (real wording per XID; default 79, fallen off the bus). The log only grows: clearing removes nothing, the finding goes when its hold has passed (79: until a reboot, bounded by kernel.reset_hold_s; 30 s in `agentd run --simulate`)",
          K.xid_apply, K.nothing_to_restore, K.xid_code, _const(79), "XID (13, 43, 63, 79, 94, 95, 119)", K.the_log),
     Kind("fell_off_bus_multiline", "gpu", "dev/kmsg gets the three-line 'The NVIDIA GPU ... has fallen off the bus and is not responding to commands.' record the driver prints without an Xid line (log only grows, as xid)",
          K.off_bus_multiline_apply, K.nothing_to_restore, advancing=K.the_log),

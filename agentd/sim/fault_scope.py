@@ -158,7 +158,9 @@ def held_note(kind: str) -> str | None:
     k = KINDS[kind]
     if not holds_after_clear(k):
         return None
-    return f"{clears(k)}. A running agentd keeps reporting it until then (kernel.hold_s is a day by default; `make demo` (demo/agentd.toml) holds for 30 s)"
+    return (f"{clears(k)}. A running agentd keeps reporting it until then (kernel.hold_s is a day by default, and an event "
+            "that wants a GPU reset or a reboot holds until one is seen, kernel.reset_hold_s; `make demo` (demo/agentd.toml) "
+            "holds for 30 s)")
 
 
 def describe(kind: Kind) -> str:

@@ -31,6 +31,7 @@ def test_make_demo_runs_the_simulated_node_with_the_demo_config():
     cfg = load_config(DEMO_CONFIG, environ={})
     # every window a fault leaves its finding behind for is short; the clear note says so
     assert cfg.kernel.hold_s <= 60 and cfg.kernel.window_s <= 60 and cfg.thresholds.flap_window_s <= 60
+    assert 0 < cfg.kernel.reset_hold_s <= 60  # 0: an XID 79 would hold until a reboot the demo never does
     assert cfg.thresholds.rate_window_s <= 60 and cfg.thresholds.pcie_retrain_window_s <= 60
     assert f"holds for {cfg.kernel.hold_s:g} s" in held_note("xid")
 

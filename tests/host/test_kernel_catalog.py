@@ -77,7 +77,7 @@ def test_xid_policies_node_faults_and_application_errors():
     by_code = {e.code: event_policy(e.kind, e.code) for _, e in extract("xid.txt")}
     for app_error in ("13", "43", "154"):
         assert by_code[app_error].rule == "count", app_error
-    assert by_code["119"] == EventPolicy("critical", "once", 1, by_code["119"].title, by_code["119"].remediation)
+    assert by_code["119"] == EventPolicy("critical", "once", 1, by_code["119"].title, by_code["119"].remediation, until="reset")
     assert by_code["95"].severity == "critical"
     assert (by_code["94"].severity, by_code["94"].rule) == ("warning", "once")
     assert (by_code["63"].severity, by_code["63"].rule) == ("warning", "once")
@@ -223,6 +223,8 @@ def test_aer_counts_each_error_once_named_after_its_source():
         # 6-12: its "PCIe Bus Error" lines, from the port and again from the nvme endpoint
         (16, "aer", "corrected", "0000:00:1d.0"),  # "received: id=00e8" (requester id, before 4.19)
         (17, "aer", "nonfatal", "0000:00:00.0"),
+        (24, "pcie", "recovery_failed", "0000:00:00.0"),  # "AER: device recovery failed": a fault of its own
+        (27, "pcie", "recovery_failed", "0000:00:03.0"),
         (28, "aer", "fatal", "0000:00:03.0"),
         (34, "aer", "corrected", "0000:06:00.0"),  # "Correctable error message received from" (6.x)
         (35, "aer", "corrected", "0000:06:00.0"),  # "Multiple ...": a second message

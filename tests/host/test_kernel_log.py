@@ -21,6 +21,9 @@ from agentd.host.kmsg import iter_records, parse_record
 
 
 class Fake:
+    def wants(self, record: bytes) -> bool:
+        return b"EV " in record
+
     def feed(self, message: str, fields: Mapping[str, str] | None = None) -> Ev | None:
         if not message.startswith("EV "):
             return None
@@ -97,17 +100,19 @@ def test_a_new_boot_inherits_nothing(tmp_path):
 
 
 def test_event_times_come_from_the_recorded_uptime(tmp_path):
-    host = root_with(tmp_path, ["4,1,1000000,-;EV 79", "4,2,3599000000,-;EV 48"], uptime=3600.0)
+    host = root_with(tmp_path, ["4,1,1000000,-;EV 79", "4,2,2000000,-;EV 79", "4,3,3599000000,-;EV 48"], uptime=3600.0)
     log = poll(KernelLogSource(host, Fake))
-    old, recent = log.events
+    old, _, recent = log.events
     assert 3597.9 < recent.at - old.at < 3598.1  # 1 s and 3599 s after boot
-    assert poll(KernelLogSource(host, Fake), keep_s=600).events[0].code == "48"  # the old one expired
+    # the old ones expired, but the latest of each kind, code and device stays
+    assert [e.seq for e in poll(KernelLogSource(host, Fake), keep_s=600).events] == [2, 3]
 
 
 def test_bounded_events_and_count_keys(tmp_path):
     lines = [f"4,{i},{i},-;EV c{i}\n DEVICE=+pci:0000:{i % 256:02x}:00.0" for i in range(1, 2000)]
     log = poll(KernelLogSource(root_with(tmp_path, lines), Fake), max_events=50)
-    assert len(log.events) == 50 and log.events[-1].seq == 1999
+    assert log.events[-1].seq == 1999 and set(range(1950, 2000)) <= {e.seq for e in log.events}  # the recent 50
+    assert len(log.events) <= 50 + 513  # and the latest of each (bounded) count key
     assert len(log.counts) <= 513 and sum(c.count for c in log.counts) == 1999
 
 
@@ -128,6 +133,9 @@ def test_no_log_and_hostile_files(tmp_path):
 
 
 class Boom:
+    def wants(self, record: bytes) -> bool:
+        return True
+
     def feed(self, message: str, fields: Mapping[str, str] | None = None) -> Ev | None:
         raise RuntimeError("catalogue bug")
 

@@ -166,6 +166,15 @@ def test_degraded_also_resumes_agentd_drain(run) -> None:
     assert r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
 
 
+def test_info_lines_never_drain_and_never_keep_a_drain(run) -> None:
+    """Info findings (an application's XID) are listed, shown as data: never a reason."""
+    info = "info gpu.xid gpu0: XID 13 (Graphics Engine Exception) x3 in the kernel log\n"
+    r = run(body="ok\n" + info, code=200, show=DRAINED_BY_AGENTD)
+    assert r.rc == 0 and r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
+    r = run(body="critical\ncritical ib.port.down mlx5_3:1: port state DOWN\n" + info, code=503, show=IDLE)
+    assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: ib.port.down mlx5_3:1: port state DOWN"]]
+
+
 def test_ok_never_resumes_someone_elses_drain(run) -> None:
     r = run(body="ok\n", code=200, show=DRAINED_BY_ADMIN)
     assert r.rc == 0 and r.updates == []

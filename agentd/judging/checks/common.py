@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Literal, Sequence
 from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.judging.roles import HcaRoles, hca_roles
-from agentd.model import HistoryEntry, IbPort, Netdev, NodeSnapshot, PortReading, Severity
+from agentd.model import SEVERITY_ORDER, HistoryEntry, IbPort, Netdev, NodeSnapshot, PortReading, Severity
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,7 @@ MAX_READINGS = 60
 
 def cap(severity: Severity, limit: Severity) -> Severity:
     """The milder of two severities (non-compute devices are capped at warning)."""
-    order: tuple[Severity, ...] = ("ok", "warning", "critical")
-    return order[min(order.index(severity), order.index(limit))]
+    return min(severity, limit, key=SEVERITY_ORDER.__getitem__)
 
 
 def fmt(value: float) -> str:

@@ -71,7 +71,8 @@ def _pci_index(window: list[HistoryEntry]) -> list[dict[str, PciReading]]:
 
 
 def check_aer(inp: CheckInput) -> list[Finding]:
-    """pcie.aer.fatal, pcie.aer.nonfatal, pcie.aer.correctable."""
+    """pcie.aer.fatal, pcie.aer.nonfatal, pcie.aer.correctable (info while the corrected
+    errors stay within the allowed: routine, shown, never judged)."""
     snap = inp.snapshot
     window = changes(in_window(inp.history, snap.taken_at, inp.config.thresholds.rate_window_s), lambda s: s.pci)
     if not window:
@@ -88,13 +89,14 @@ def check_aer(inp: CheckInput) -> list[Finding]:
                 continue
             olds = [ix.get(d.bdf) for ix in indexes]
             change = counter_change([*((s.taken_at, _total(o, severity)) for s, o in zip(window, olds, strict=True)), (snap.taken_at, now.total)])
-            if change.status != "rate" or change.delta <= 0 or (severity == "correctable" and change.delta <= allowed):
+            if change.status != "rate" or change.delta <= 0:
                 continue
+            routine = severity == "correctable" and change.delta <= allowed  # shown (info), not judged
             base = next((_aer(o, severity) for o in olds if _total(o, severity) == now.total - change.delta), None)
-            limit = f", more than the {allowed} allowed (thresholds.pcie_aer_correctable_max)" if severity == "correctable" else ""
+            limit = "" if severity != "correctable" else f", {'within' if routine else 'more than'} the {allowed} allowed (thresholds.pcie_aer_correctable_max)"
             out.append(finding(
                 f"pcie.aer.{severity}",
-                _SEVERITY[severity],
+                "info" if routine else _SEVERITY[severity],
                 pci_subject(d.bdf),
                 f"AER {severity} errors rose {change.delta} in {fmt(change.seconds)} s "
                 f"({_TOTAL[severity]} {now.total - change.delta} -> {now.total}){_types_rose(base, now)}{limit}",
