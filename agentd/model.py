@@ -231,6 +231,9 @@ class IbPort(Record):
         return self.state == "ACTIVE"
 
 
+TempSensorKind = Literal["asic", "module", "other"]
+
+
 class TempSensor(Record):
     """One temperature channel of the HCA's hwmon device (mlx5: drivers/net/ethernet/
     mellanox/mlx5/core/hwmon.c, kernel >= 6.5; name "mlx5", under the PCI function).
@@ -239,7 +242,7 @@ class TempSensor(Record):
     hwmon: str  # the hwmon directory: "hwmon3"
     channel: int  # N of tempN_*
     label: str | None = None  # tempN_label: "asic", "Module0"; older firmware "sensor<index>"
-    kind: Literal["asic", "module", "other"] = "other"
+    kind: TempSensorKind = "other"
     temperature_c: float | None = None  # tempN_input
     highest_c: float | None = None  # tempN_highest: the maximum since the driver loaded (or reset_history)
     critical_c: float | None = None  # tempN_crit: the sensor's high threshold (MTMP temp_threshold_hi)
