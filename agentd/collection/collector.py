@@ -33,8 +33,9 @@ from typing import Any, Literal, NamedTuple
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.config import AgentConfig
-from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pci, pcie_errors, system, versions
+from agentd.host import daemons, dcb, ethtool, ethtool_nl, hwmon, infiniband, module_eeprom, modules, mstlink, ncclconf, netdev, nvml, pci, pcie_errors, system, versions
 from agentd.host.fs import HostRoot, JournalEntry, ReadContext, replay
+from agentd.host.gate import Gate, allow_all
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
@@ -44,16 +45,20 @@ from agentd.model import (
     Gpu,
     Hca,
     KernelLog,
+    LinkDiag,
     NcclConf,
     Netdev,
     NodeSnapshot,
     NvmlInfo,
     PciDevice,
     PciLinkRead,
+    PhyLink,
     ProbeStatus,
     ReadError,
     SoftwareVersions,
     SystemInfo,
+    TempSensor,
+    Transceiver,
 )
 
 Tier = Literal["fast", "medium", "slow"]
@@ -79,14 +84,70 @@ class ProbeOutput:
 
 
 ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], Any]
+# A probe that reads what the configuration says ([optics]): given it as well.
+ConfiguredProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput], AgentConfig], Any]
 
 
 def _rdma_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[str]:
     """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something."""
+    return [name for name, _ in _pci_netdevs(outputs)]
+
+
+def _pci_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[tuple[str, str | None]]:
+    """(netdev, its PCI bus id) of the Ethernet netdevs backed by a PCI device."""
     out = outputs.get("netdev")
     if out is None or not out.data:
         return []
-    return [n.name for n in out.data if not n.is_virtual and n.link_layer == "Ethernet"]
+    return [(n.name, n.pci_bus_id) for n in out.data if not n.is_virtual and n.link_layer == "Ethernet"]
+
+
+def firmware_gate(config: AgentConfig, outputs: Mapping[str, ProbeOutput]) -> Gate:
+    """Which devices agentd may run firmware-backed reads on now (hwmon temperatures, module
+    EEPROM pages, link state, FEC and PHY counters). Issue 36's ``[collect] ignore`` list and
+    per-device back-off connect here; until then every device may be read."""
+    return allow_all
+
+
+class EthtoolRead(NamedTuple):
+    """The ethtool probe's output: ``ethtool -S`` statistics, and the PHY's link state and
+    FEC counters (ethtool netlink), both per netdev, read in the same medium-tier pass."""
+
+    stats: Mapping[str, dict[str, int]]
+    phy: Mapping[str, PhyLink]
+
+
+def _ethtool(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> EthtoolRead:
+    pairs = _pci_netdevs(outputs)
+    gate = firmware_gate(config, outputs)
+    allowed = [name for name, bus in pairs if bus is None or gate(bus)]
+    phy = ethtool_nl.read_phy(ctx, allowed) if config.optics.enabled else {}
+    return EthtoolRead(ethtool.read_ethtool(ctx, allowed), phy)
+
+
+class OpticsRead(NamedTuple):
+    """The optics probe's output (slow tier, firmware register reads on mlx5): HCA
+    temperatures by PCI bus id, Ethernet ports' modules by netdev, and what the opt-in link
+    tool said of InfiniBand ports."""
+
+    temperatures: Mapping[str, tuple[TempSensor, ...]]
+    modules: Mapping[str, Transceiver]
+    link_diag: Mapping[tuple[str, int], LinkDiag]
+
+
+def _optics(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> OpticsRead:
+    o = config.optics
+    if not o.enabled:
+        return OpticsRead({}, {}, {})
+    gate = firmware_gate(config, outputs)
+    hcas = outputs.get("ib_gids")
+    inventory: tuple[Hca, ...] = hcas.data if hcas is not None and hcas.data else ()
+    temps = hwmon.read_hwmon(ctx, [h.pci_bus_id for h in inventory if h.pci_bus_id], gate)
+    modules = module_eeprom.read_modules(ctx, _pci_netdevs(outputs), gate)
+    diag: Mapping[tuple[str, int], LinkDiag] = {}
+    if o.link_tool != "off":
+        ports = [(h.name, p.port, h.pci_bus_id) for h in inventory if h.pci_bus_id for p in h.ports if p.link_layer == "InfiniBand"]
+        diag = mstlink.read_link_diag(ctx, o.link_tool, ports, timeout_s=o.link_tool_timeout_s, may_read=gate)
+    return OpticsRead(temps, modules, diag)
 
 
 @dataclass(frozen=True)
@@ -106,6 +167,8 @@ class ProbeSpec:
     stream: bool = False
     # Which journal entries a quick check replays (None: the whole journal, always).
     signals: Callable[[JournalEntry], bool] | None = None
+    # Set for a probe that needs the configuration: called instead of ``fn``.
+    configured: ConfiguredProbeFn | None = None
 
 
 def _signals(files: frozenset[str], listings: Callable[[str], bool]) -> Callable[[JournalEntry], bool]:
@@ -181,10 +244,13 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
               signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET))),
     ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
-    ProbeSpec("ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
+    ProbeSpec("ethtool", "medium", lambda c, o: None, EthtoolRead({}, {}), after=("netdev",), journaled=_files_unless_live, configured=_ethtool),
     ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
     ProbeSpec("kernel", "fast", lambda c, o: None, KernelLog(asked=False), journaled=lambda host: False, stream=True),
     ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False),
+    # Firmware register reads (hwmon, module EEPROM, the opt-in link tool): their answers
+    # change with every read on a live node, so there is no journal to replay there.
+    ProbeSpec("optics", "slow", lambda c, o: None, OpticsRead({}, {}, {}), after=("netdev", "ib_gids"), journaled=_files_unless_live, configured=_optics),
     # A live process table changes all the time: replaying its journal would only read it twice.
     ProbeSpec("daemons", "slow", _fabric_daemons, FabricDaemons(), after=("pci",), journaled=lambda host: not host.is_live),
 )
@@ -208,10 +274,11 @@ def _data(outputs: Mapping[str, ProbeOutput], name: str) -> Any:
     return out.data if out is not None else PROBE_BY_NAME[name].empty
 
 
-def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
+def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None],
+                optics: OpticsRead | None = None) -> tuple[Hca, ...]:
     """The HCAs and ports of the fast read (``link``), with the medium read's counters and
     the slow read's GID tables, port netdevs, sm_sl, tclass override and HCA inventory
-    (attributes, PCI, NUMA)."""
+    (attributes, PCI, NUMA), and the optics read's temperatures and link-tool answers."""
     inventory = {h.name: h for h in slow}
     by_counters = {(h.name, p.port): p for h in counters for p in h.ports}
     by_slow = {(h.name, p.port): p for h in slow for p in h.ports}
@@ -230,19 +297,30 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
                 upd["netdev"] = s.netdev
                 upd["sm_sl"] = s.sm_sl
                 upd["tclass"] = s.tclass
+            diag = optics.link_diag.get((h.name, p.port)) if optics is not None else None
+            if diag is not None:
+                upd["link_diag"] = diag
             ports.append(p.model_copy(update=upd) if upd else p)
         base = inventory.get(h.name, h)  # the link read has no inventory: defaults until slow runs
         numa = base.numa_node if base.numa_node is not None else pci_numa.get(base.pci_bus_id or "")
-        merged.append(base.model_copy(update={"ports": tuple(ports), "numa_node": numa}))
+        hupd: dict[str, Any] = {"ports": tuple(ports), "numa_node": numa}
+        temps = optics.temperatures.get(base.pci_bus_id or "") if optics is not None else None
+        if temps:
+            hupd["temperatures"] = temps
+        merged.append(base.model_copy(update=hupd))
     return tuple(merged)
 
 
-def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], pfc: Mapping[str, Any]) -> tuple[Netdev, ...]:
+def _merge_netdevs(nds: tuple[Netdev, ...], eth: EthtoolRead, pfc: Mapping[str, Any], modules: Mapping[str, Transceiver]) -> tuple[Netdev, ...]:
     out = []
     for n in nds:
         upd: dict[str, Any] = {}
-        if n.name in stats:
-            upd["ethtool"] = stats[n.name]
+        if n.name in eth.stats:
+            upd["ethtool"] = eth.stats[n.name]
+        if n.name in eth.phy:
+            upd["phy"] = eth.phy[n.name]
+        if n.name in modules:
+            upd["module"] = modules[n.name]
         if n.name in pfc:
             upd["pfc"] = pfc[n.name]
         out.append(n.model_copy(update=upd) if upd else n)
@@ -293,8 +371,9 @@ def _gpus(pci_devs: tuple[PciDevice, ...], hcas: tuple[Hca, ...], nv: NvmlInfo) 
 def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float, *, host_mode: Literal["live", "offline", "simulated"] | None = None, host_mode_reason: str | None = None) -> NodeSnapshot:
     pci_devs = _merge_pci(_data(outputs, "pci"), _data(outputs, "pci_errors"))
     pci_numa = {d.bdf: d.numa_node for d in pci_devs}
-    hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa)
-    netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"))
+    optics: OpticsRead = _data(outputs, "optics")
+    hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa, optics)
+    netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"), optics.modules)
     nv = _data(outputs, "nvml")
     sysread: SystemRead = _data(outputs, "system")
     # Each IB tier lists the same HCA and port directories (and ib, ib_gids both read
@@ -469,7 +548,12 @@ class Collector:
                             prev.full_at, reused=True, signals=prev.signals, checked_at=prev.checked_at if signals_only else mono)
         ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None)
         try:
-            data = self._stream(ctx) if spec.stream else spec.fn(ctx, deps)
+            if spec.stream:
+                data = self._stream(ctx)
+            elif spec.configured is not None:
+                data = spec.configured(ctx, deps, self.config)
+            else:
+                data = spec.fn(ctx, deps)
         finally:
             ctx.close()
         journal = tuple(ctx.journal) if ctx.journal is not None else None
