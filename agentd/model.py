@@ -379,6 +379,12 @@ class Transceiver(Record):
     problem: str | None = None  # why part of it could not be decoded (short page, unknown map)
     pages: tuple[EepromPage, ...] = ()  # what was read (captures record these)
 
+    @property
+    def lanes_in_use(self) -> tuple[ModuleLane, ...]:
+        """The lanes whose own laser is on (Tx bias above 0): a port uses 4 of an 8-lane
+        module's lanes at 400G, and the dark ones read no light by design."""
+        return tuple(lane for lane in self.lanes if lane.tx_bias_a is not None and lane.tx_bias_a > 0)
+
 
 class Netdev(Record):
     name: str

@@ -23,7 +23,9 @@ checks: ib ``_seen_active``/``_flaps``/``_state_unread``/``_reset``, ib_counters
 saturation, nvlink error rates, roce pause-storm and CNP rates, PCIe AER and replay rates and
 link retrains): per IB port its number,
 state, phys_state, link layer, netdev and every counter and hw_counter; per netdev its
-operstate, carrier and the ``{rx,tx}_prio<N>_pause`` ethtool statistics; per NVLink its
+operstate, carrier, the ``{rx,tx}_prio<N>_pause`` and PHY (``rx_corrected_bits_phy``,
+``rx_bits_phy``, ``link_down_events_phy``) ethtool statistics and the PHY's link-down and
+FEC counters (optics checks); per NVLink its
 number, state and error counters; per GPU its PCIe replay counter; per PCI function with AER
 counters its PcieAer (shared while equal) and current link speed and width. Counter tables become ``Counters``: read-only mappings
 whose names are shared between entries and whose values are packed in an array (8 bytes a
@@ -50,7 +52,7 @@ from array import array
 from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from agentd.base.memo import IdentityMemo
-from agentd.model import Hca, IbPort, Netdev, NodeSnapshot, NvmlGpu, NvmlInfo, PciDevice, PciLinkRead
+from agentd.model import FecStats, Hca, IbPort, Netdev, NodeSnapshot, NvmlGpu, NvmlInfo, PciDevice, PciLinkRead, PhyLink
 
 T = TypeVar("T")
 RATE_WINDOW_S = 600.0  # default of thresholds.rate_window_s
@@ -186,12 +188,13 @@ class HcaEntry:
 
 
 class NetdevEntry:
-    """What the history's readers use of a Netdev: link state and the PFC pause counters."""
+    """What the history's readers use of a Netdev: link state, the PFC pause and PHY
+    counters of ``ethtool -S``, and the PHY's link-down and FEC counters."""
 
-    __slots__ = ("name", "operstate", "carrier", "ethtool")
+    __slots__ = ("name", "operstate", "carrier", "ethtool", "phy")
 
-    def __init__(self, n: Netdev, ethtool: Mapping[str, int] | None):
-        self.name, self.operstate, self.carrier, self.ethtool = n.name, n.operstate, n.carrier, ethtool
+    def __init__(self, n: Netdev, ethtool: Mapping[str, int] | None, phy: PhyLink | None = None):
+        self.name, self.operstate, self.carrier, self.ethtool, self.phy = n.name, n.operstate, n.carrier, ethtool, phy
 
 
 class LinkEntry:
@@ -231,6 +234,18 @@ class PciEntry:
 
 
 _PAUSE = tuple(f"{d}_prio{p}_pause" for d in ("rx", "tx") for p in range(8))
+_PHY_STATS = ("rx_corrected_bits_phy", "rx_bits_phy", "link_down_events_phy")  # mlx5: the pre-FEC BER and PHY link-downs
+_KEPT_STATS = _PAUSE + _PHY_STATS
+
+
+def phy_counters(phy: PhyLink | None) -> PhyLink | None:
+    """The counters of a PhyLink the rate checks read (link-down events, FEC totals): the
+    link-down reason, lanes and histogram are the current snapshot's business."""
+    if phy is None or (phy.link_down_events is None and phy.fec is None):
+        return None
+    f = phy.fec
+    fec = None if f is None else FecStats(corrected_blocks=f.corrected_blocks, uncorrectable_blocks=f.uncorrectable_blocks, corrected_bits=f.corrected_bits)
+    return PhyLink(link_down_events=phy.link_down_events, fec=fec)
 
 
 def _pack(values: list[int]) -> Sequence[int] | None:
@@ -289,10 +304,13 @@ class Compactor:
     def netdev(self, n: Netdev, prev: NetdevEntry | None) -> NetdevEntry:
         eth = None
         if n.ethtool is not None:
-            eth = self.table({k: n.ethtool[k] for k in _PAUSE if k in n.ethtool}, prev.ethtool if prev else None)
-        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is eth:
+            eth = self.table({k: n.ethtool[k] for k in _KEPT_STATS if k in n.ethtool}, prev.ethtool if prev else None)
+        phy = phy_counters(n.phy)
+        if prev is not None and prev.phy == phy:
+            phy = prev.phy
+        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is eth and prev.phy is phy:
             return prev
-        return NetdevEntry(n, eth)
+        return NetdevEntry(n, eth, phy)
 
     def _layout(self, shape: tuple[tuple[int, str, tuple[str, ...]], ...]) -> tuple[tuple[int, str, Mapping[str, int], int], ...]:
         layout = self._layouts.get(shape)
@@ -356,7 +374,7 @@ class Compactor:
         return prev if prev is not None and prev.key() == e.key() else e
 
     def _aged_netdev(self, n: NetdevEntry, prev: NetdevEntry | None) -> NetdevEntry:
-        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is None:
+        if prev is not None and prev.operstate == n.operstate and prev.carrier == n.carrier and prev.ethtool is None and prev.phy is None:
             return prev
         return NetdevEntry(n, None)  # type: ignore[arg-type]
 
@@ -559,7 +577,8 @@ class History:
 # Entry: {"taken_at", "host_root", "host_mode", "nvml": {"available", "asked"},
 #         "hcas": [{"name", "ports": [{"port", "state", "phys_state", "link_layer", "netdev",
 #                                      "counters", "hw_counters"}]}],
-#         "netdevs": [{"name", "operstate", "carrier", "ethtool": {pause counters} | null}],
+#         "netdevs": [{"name", "operstate", "carrier", "ethtool": {pause and PHY counters} | null,
+#                      "phy": {"link_down_events", "fec": {"corrected_blocks", ...}} | null}],
 #         "gpus": [{"index", "pci_bus_id", "error", "pcie_replay_errors",
 #                   "nvlinks": [{"link", "state", "errors"}]}],
 #         "pci": [{"bdf", "aer": PcieAer | null, "current_link_speed", "current_link_width"}]}
@@ -583,7 +602,12 @@ def _port_json(p: Any, full: bool) -> dict[str, Any]:
 
 
 def _pause(ethtool: Mapping[str, int] | None) -> dict[str, int] | None:
-    return None if ethtool is None else {k: ethtool[k] for k in _PAUSE if k in ethtool}
+    return None if ethtool is None else {k: ethtool[k] for k in _KEPT_STATS if k in ethtool}
+
+
+def _phy_json(phy: PhyLink | None) -> dict[str, Any] | None:
+    kept = phy_counters(phy)
+    return None if kept is None else kept.model_dump(exclude_defaults=True)
 
 
 def entry_json(s: NodeSnapshot, full: bool = True) -> dict[str, Any]:
@@ -594,7 +618,8 @@ def entry_json(s: NodeSnapshot, full: bool = True) -> dict[str, Any]:
         "taken_at": s.taken_at, "host_root": s.host_root, "host_mode": s.host_mode,
         "nvml": {"available": s.nvml.available, "asked": s.nvml.asked},
         "hcas": [{"name": h.name, "ports": [_port_json(p, full) for p in h.ports]} for h in s.hcas],
-        "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "ethtool": _pause(n.ethtool)} for n in s.netdevs] if full else [],
+        "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "ethtool": _pause(n.ethtool), "phy": _phy_json(n.phy)}
+                    for n in s.netdevs] if full else [],
         "gpus": [{"index": g.index, "pci_bus_id": g.pci_bus_id, "error": g.error, "pcie_replay_errors": g.pcie_replay_errors,
                   "nvlinks": [{"link": x.link, "state": x.state, "errors": dict(x.errors)} for x in g.nvlinks]}
                  for g in s.nvml.gpus] if full else [],

@@ -11,15 +11,15 @@ SECTION = """## Series budget
 Series one node exports at the default settings and with every `[metrics]` detail key on
 (one collection of the simulated node, judged and rendered as the daemon renders it; the
 running daemon adds about 40 of its own: collection tiers, written files, process). A fleet
-multiplies these by its node count: 10,000 h100-ib nodes carry about 11 M series at the
-defaults, 25 M with all detail on. `tests/golden/test_series_budget.py` measures them and
+multiplies these by its node count: 10,000 h100-ib nodes carry about 12 M series at the
+defaults, 29 M with all detail on. `tests/golden/test_series_budget.py` measures them and
 fails when h100-ib exceeds 1,200 at the defaults or this table is out of date.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,139 | 2,714 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,003 | 5,002 |
-| `no-gpu-no-hca` (a node without GPUs or HCAs) | 103 | 103 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,179 | 2,884 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,059 | 5,220 |
+| `no-gpu-no-hca` (a node without GPUs or HCAs) | 109 | 109 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
 agentd.toml, docs/config.md):
@@ -33,6 +33,7 @@ agentd.toml, docs/config.md):
 | `agentd_ib_port_pma_saturated` 0 for every fixed-width counter | the flag (1) only for a saturated counter, and `agentd_ib_pma_saturated_counters` for the node | - (a 0 flag says no more than the count) |
 | PCIe link speed/width, ACS and AER totals of every bridge | link series for every GPU, HCA and NVSwitch, and for a bridge while it runs below its own maximum; the ACS flag where redirect is on, and `agentd_pcie_acs_redirect_bridges`; AER totals per GPU and HCA function, the bridges' summed per severity (`agentd_pcie_aer_bridge_errors_total`) | `pcie_bridges` |
 | RoCE per-priority counters for priorities 0-7 | `roce.priority` (the lossless class) on its own, the other seven summed as `priority="other"` | `roce_every_priority` |
+| a module's lanes (Rx/Tx power, bias: 24 for an 8-lane module), its thresholds (20), supply voltage; hwmon critical and highest temperatures | per port the module's temperature and its weakest lit lane's Rx power (`agentd_transceiver_rx_power_min_watts`), per sensor its temperature; the findings judge lanes and thresholds | `transceiver_per_lane` |
 
 Trade-offs. A counter series that appears only once it is non-zero loses its first
 increment in `rate()`/`increase()` (Prometheus has no earlier sample to subtract), so

@@ -146,10 +146,9 @@ def _lanes_below(m: Transceiver) -> tuple[Severity, list[str], float | None]:
     worst: Severity = "ok"
     parts: list[str] = []
     limit: float | None = None
-    for lane in m.lanes:
+    for lane in m.lanes_in_use:
         rx = lane.rx_power_w
-        # a lane whose laser is off (bias 0) is not in use: 4 of an 8-lane module's lanes at 400G
-        if rx is None or lane.tx_bias_a is None or lane.tx_bias_a <= 0:
+        if rx is None:
             continue
         sev: Severity = "ok"
         if th.low_alarm is not None and rx < th.low_alarm:
@@ -177,7 +176,7 @@ def check_rx_power(inp: CheckInput) -> list[Finding]:
             continue
         out.append(finding("optics.rx_power.low", p.severity(sev), p.subject,
                            f"module {m.part_number or '?'} ({p.netdev.name}): {'; '.join(parts)}",
-                           _RX_HINT.format(nd=p.netdev.name), measured=min(lane.rx_power_w or 0.0 for lane in m.lanes if lane.tx_bias_a), expected=limit))
+                           _RX_HINT.format(nd=p.netdev.name), measured=min(lane.rx_power_w or 0.0 for lane in m.lanes_in_use), expected=limit))
     return out
 
 
