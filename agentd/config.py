@@ -306,7 +306,7 @@ class MetricsDetail(Section):
     ib_counters_per_port: bool = Field(False, description="Export the HCA counters agentd has no named metric for per port (agentd_ib_port_hw_counters_total). Off: summed over the node's ports per counter (agentd_ib_hw_counters_total).")
     pcie_bridges: bool = Field(False, description="Export link speed/width, the ACS flag and the AER error totals of every PCIe bridge above a GPU, HCA or NVSwitch. Off: a bridge's link series only when it runs below its own maximum, its ACS flag only when redirect is on, AER totals summed over the bridges (agentd_pcie_aer_bridge_errors_total).")
     roce_every_priority: bool = Field(False, description="Export the RoCE per-priority counters (pause frames and time, bytes, packets) for all 8 priorities. Off: roce.priority (the lossless class) on its own, the other seven summed as priority=\"other\".")
-    transceiver_per_lane: bool = Field(False, description="Export every module lane's Rx/Tx power and bias, and the module's own alarm/warning thresholds. Off: per port, the module's temperature and its lowest lane's Rx power.")
+    optics_detail: bool = Field(False, description="Export every HCA temperature sensor (with its critical and highest temperature), every Ethernet module (identity, temperature, supply voltage, its own alarm/warning thresholds), every module lane's Rx/Tx power and bias, the PHY's link-down events and corrected FEC blocks. Off: the node's hottest HCA sensor and hottest module, and per Ethernet port its weakest lit lane's Rx power, uncorrectable FEC blocks and corrected bits (the pre-FEC BER). The findings judge every sensor, module and lane either way.")
 
 
 class AgentConfig(Section):

@@ -75,6 +75,8 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
     "agentd-fleet/Fingerprint outliers/A": ("the fleet's two nodes tie wherever they differ (a tie flags nobody)", None),
     # Issue 38: a driver reports a link-down reason only while the link is down.
     "agentd-node/Link-down reasons/A": ("every Ethernet link is up", "link_down_reason@ens7np0"),
+    **{f"agentd-node/{t}/A": ("per module and per port only with [metrics] optics_detail (series budget; the findings judge them either way)", None)
+       for t in ("Module temperature (EEPROM)", "PHY link-down events", "Modules")},
     **{f"agentd-fleet/{t}/{r}": ("no NCCL benchmark has run on the simulated nodes (agentd_bench_nccl_* bandwidths exist only after a run)", None)
        for t, r in [("NCCL bus bandwidth (last run)", "A"), ("NCCL bus bandwidth (last run)", "B"), ("Bus bandwidth below minimum", "A"),
                     ("Lowest bus bandwidth vs expected", "A"), ("Last benchmark result per node", "A")]},
