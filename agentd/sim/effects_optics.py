@@ -103,6 +103,15 @@ def module_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
     return []  # the module's pages go back in on_clear (the same file keeps the FEC counters)
 
 
+def module_file(ctx: Ctx, t: Target, v: object) -> list[str]:
+    """The answer file a module fault edits: clearing puts its pages back and keeps the FEC
+    and link-down counters beside them, which other faults (or none) advanced: it is named
+    with the advancing files, as reset_counters puts it back whole."""
+    if t.hca is None or t.hca.link_layer != "Ethernet":
+        return []
+    return [answers_path(t.netdev)]  # type: ignore[arg-type]
+
+
 def fec_errors_apply(ctx: Ctx, t: Target, bits: int) -> None:
     doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
     stats = doc["fec"]["stats"]
