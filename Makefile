@@ -28,16 +28,28 @@ demo: $(STAMP)
 		$(BIN)/agentd run --simulate $(PROFILE); \
 	fi
 
-# ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]).
+# ruff on everything; mypy --strict on agentd/ (pyproject.toml [tool.mypy]); no top-level
+# name in agentd/ that nothing references (tools/unused_names.py: dead code goes); no Any
+# in agentd/ without a comment saying why (tools/bare_any.py).
 lint: $(STAMP)
-	$(BIN)/ruff check agentd tests bench
+	$(BIN)/ruff check agentd tests bench tools
 	$(BIN)/mypy
+	$(BIN)/python tools/unused_names.py
+	$(BIN)/python tools/bare_any.py
+
+# The suite on parallel workers (it waits on daemons, Prometheus and deadlines more than it
+# computes), one test file per worker at a time so a file's shared daemons start once;
+# temporary files on tmpfs (tests/conftest.py). tests/README.md says what each marker means.
+TEST_WORKERS ?= 3
+FAST := not (e2e or proc or tree or packaging or slow)
 
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
+# The inner loop: no processes, no simulated trees of a test's own, no packaging, property
+# tests at 20 examples. `bench/bench_test_suite.py` prints how long both take.
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -p no:cacheprovider -m "not e2e"
+	HYPOTHESIS_EXAMPLES=20 $(BIN)/pytest -q -p no:cacheprovider -n 2 -m "$(FAST)"
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

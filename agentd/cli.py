@@ -17,10 +17,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from agentd import __version__
 from agentd.base.escape import json_text
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.config import AgentConfig, ConfigError, load_config
 
 if TYPE_CHECKING:  # imported where used, so that `agentd --help` stays quick
@@ -75,10 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("topology", help="print the node's placement: NVLink domain, GPU->NIC rails and their hash (docs/topology.md)")
     _common(p)
-    p.add_argument("--slurm", action="store_true", help="print the node's topology.conf line for Slurm's topology/block plugin instead")
-    p.add_argument("--node-name", help="the Slurm node name for --slurm (default: the node's short hostname)")
-    p.add_argument("--slurm-merge", nargs="*", type=Path, metavar="FILE",
-                   help="merge many nodes' --slurm lines (files, or stdin when none; pdsh's 'host: ' prefixes are stripped) into one topology.conf; reads no node")
+    slurm = p.add_mutually_exclusive_group()
+    slurm.add_argument("--slurm", action="store_true", help="print the node's topology.conf line for Slurm's topology/block plugin instead")
+    slurm.add_argument("--slurm-yaml", action="store_true", help="print the node's topology.yaml block entry (Slurm 25.05+) instead, one line")
+    slurm.add_argument("--slurm-merge", nargs="*", type=Path, metavar="FILE",
+                       help="merge many nodes' --slurm or --slurm-yaml lines (files, or stdin when none; pdsh's 'host: ' prefixes "
+                            "are stripped; hostlists are expanded) into one topology.conf; reads no node")
+    p.add_argument("--yaml", action="store_true", help="with --slurm-merge: write topology.yaml (Slurm 25.05+) instead of topology.conf")
+    p.add_argument("--node-name", help="the Slurm node name for --slurm and --slurm-yaml (default: the node's short hostname)")
 
     p = sub.add_parser("capture", help="record everything agentd reads from this node into one file (docs/capture.md)")
     _common(p, fmt=False)
@@ -124,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------
 
 
-def _config(args: argparse.Namespace, **extra: Any) -> AgentConfig:
-    over: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+def _config(args: argparse.Namespace, **extra: JsonValue) -> AgentConfig:
+    over: JsonObject = {k: v for k, v in extra.items() if v is not None}
     if getattr(args, "host_root", None) is not None:
         over["host_root"] = str(args.host_root)
     return load_config(args.config, overrides=over or None)
@@ -200,9 +205,11 @@ def cmd_topology(args: argparse.Namespace) -> int:
     from agentd.judging.judge import judge
     from agentd.judging.lifecycle import Tracks, advance
     from agentd.judging.placement import placement
-    from agentd.outputs.slurm_topology import MergeError, merge_block_lines, short_hostname, slurm_block_lines
+    from agentd.outputs.slurm_topology import MergeError, merge_block_lines, short_hostname, slurm_block_lines, slurm_yaml_lines
     from agentd.views import placement_text, placement_view
 
+    if args.yaml and args.slurm_merge is None:
+        raise UsageError("--yaml goes with --slurm-merge (one node's entry: --slurm-yaml)")
     if args.slurm_merge is not None:
         texts = []
         try:
@@ -211,7 +218,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
         except OSError as e:
             raise UsageError(f"cannot read {e.filename}: {e.strerror or e}") from None
         try:
-            sys.stdout.write(merge_block_lines(line for text in texts for line in text.splitlines()))
+            sys.stdout.write(merge_block_lines((line for text in texts for line in text.splitlines()), yaml_out=args.yaml))
         except MergeError as e:
             raise UsageError(f"--slurm-merge: nothing written:\n{e}") from None
         return EXIT_OK
@@ -222,11 +229,11 @@ def cmd_topology(args: argparse.Namespace) -> int:
     life = advance(Tracks(), j.findings, now=snap.taken_at, settings=config.lifecycle, booted_at=snap.system.booted_at, one_shot=True)
     p = placement(snap, j.roles, life.findings, config.fabric)
     node = args.node_name or short_hostname(snap.system.hostname)
-    if args.slurm:
+    if args.slurm or args.slurm_yaml:
         if node is None:
             raise UsageError("the node reports no hostname; give --node-name")
         try:
-            print("\n".join(slurm_block_lines(p, node)))
+            print("\n".join((slurm_yaml_lines if args.slurm_yaml else slurm_block_lines)(p, node)))
         except ValueError as e:
             raise UsageError(str(e)) from None
     elif args.format == "json":

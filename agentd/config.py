@@ -16,10 +16,11 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.ncclvars import validate_var
 
 DEFAULT_CONFIG_PATH = Path("/etc/agentd/agentd.toml")
@@ -218,9 +219,6 @@ class Paths(Section):
     nfd_features: Path | None = Field(None, description="node-feature-discovery features.d file to write (unset: not written).")
 
 
-NCCL_GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
-
-
 class NcclSettings(Section):
     enabled: bool = Field(True, description="Render and write the NCCL env file and topology XML.")
     write_conf: bool = Field(False, description="Also write nccl.conf, which NCCL reads by itself for every job on the node.")
@@ -385,7 +383,7 @@ def _format_validation_error(err: ValidationError, origin: str) -> str:
     return "\n".join(lines)
 
 
-def _parse_env_value(raw: str) -> Any:
+def _parse_env_value(raw: str) -> JsonValue:
     """A TOML scalar or array when ``raw`` parses as one, else the string itself. Raises
     ValueError/RecursionError when it is TOML past tomllib's limits (an integer of more
     than 4300 digits, nesting deeper than the recursion limit)."""
@@ -395,9 +393,9 @@ def _parse_env_value(raw: str) -> Any:
         return raw
 
 
-def env_overrides(environ: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
+def env_overrides(environ: dict[str, str] | os._Environ[str]) -> JsonObject:
     """Turn AGENTD_A__B=v into {"a": {"b": v}}."""
-    tree: dict[str, Any] = {}
+    tree: JsonObject = {}
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or name == "AGENTD_CONFIG":
             continue
@@ -423,7 +421,7 @@ def _toml_limit(e: ValueError | RecursionError) -> str:
     return f"cannot be read: {_one_line(str(e).split(';')[0])}"
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: JsonObject, over: JsonObject) -> JsonObject:
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
@@ -437,14 +435,14 @@ def load_config(
     path: Path | str | None = None,
     environ: dict[str, str] | None = None,
     *,
-    overrides: dict[str, Any] | None = None,
+    overrides: JsonObject | None = None,
 ) -> AgentConfig:
     """Load a config file (missing default path is fine; a missing explicit path is an error),
     apply AGENTD_* environment overrides, then explicit overrides (CLI flags)."""
     env = os.environ if environ is None else environ
     explicit = path is not None or "AGENTD_CONFIG" in env
     cfg_path = Path(path) if path is not None else Path(env.get("AGENTD_CONFIG", DEFAULT_CONFIG_PATH))
-    data: dict[str, Any] = {}
+    data: JsonObject = {}
     origin = str(cfg_path)
     try:
         text = cfg_path.read_text(encoding="utf-8")

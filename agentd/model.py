@@ -14,7 +14,7 @@ Conventions:
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -511,6 +511,9 @@ class C2cLink(Record):
     max_bw_mb_s: int | None = None  # NVML_FI_DEV_C2C_LINK_GET_MAX_BW
 
 
+CLUSTER_UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
 class NvmlGpu(Record):
     index: int
     pci_bus_id: str  # normalised lowercase dddd:bb:dd.f
@@ -524,7 +527,10 @@ class NvmlGpu(Record):
     # GPU feature discovery's nvidia.com/gpu.clique is "<cluster_uuid>.<clique_id>". None:
     # not reported (no fabric API, or the probe has not completed). An all-zero UUID is kept
     # as read ("00000000-0000-0000-0000-000000000000"): judging it is the checks' job.
-    fabric_cluster_uuid: str | None = None  # lowercase 8-4-4-4-12
+    # Only the 8-4-4-4-12 form: NVML's 16 bytes always format so, and a recording that says
+    # anything else does not match the schema (a read error), since the value becomes a
+    # label, a metric label and a Slurm block name.
+    fabric_cluster_uuid: str | None = Field(default=None, pattern=CLUSTER_UUID_PATTERN)  # lowercase 8-4-4-4-12
     fabric_clique_id: int | None = None
     fabric_health: FabricHealth | None = None
     c2c_links: tuple[C2cLink, ...] = ()  # Grace systems only
@@ -673,6 +679,184 @@ class NodeSnapshot(Record):
         return None
 
 
+
+# How each NodeSnapshot field counts for what is derived from a snapshot (every field
+# once: tests/test_snapshot_fields.py fails on a field missing here):
+# - "time": when it was taken; never content;
+# - "probes": the probe statuses, judged by their flags (ok, timed out, stale), not identity;
+# - "content": everything else: a check, a render or the writer may read it, so a change of
+#   it alone is evaluated and written again (agentd.outputs.evaluate.Evaluator,
+#   agentd.daemon.publisher), and ``agentd.collection.share.share`` replaces it with the
+#   previous snapshot's object when equal.
+SnapshotFieldKind = Literal["time", "probes", "content"]
+SNAPSHOT_FIELDS: Mapping[str, SnapshotFieldKind] = {
+    "taken_at": "time",
+    "host_root": "content",
+    "host_mode": "content",
+    "host_mode_reason": "content",
+    "system": "content",
+    "pci": "content",
+    "gpus": "content",
+    "hcas": "content",
+    "netdevs": "content",
+    "gdr": "content",
+    "nvml": "content",
+    "kernel": "content",
+    "daemons": "content",
+    "nccl_conf": "content",
+    "versions": "content",
+    "probes": "probes",
+    "read_errors": "content",
+}
+CONTENT_FIELDS: tuple[str, ...] = tuple(f for f in NodeSnapshot.model_fields if SNAPSHOT_FIELDS.get(f, "content") == "content")
+
+
+# ---------------------------------------------------------------------------
+# What the history keeps: the checks read earlier snapshots through these read-only views.
+# Every history entry but the newest is a compact one (agentd.collection.compact), which
+# keeps only these; a whole NodeSnapshot has them all, so it is a HistoryEntry as it is.
+# A check that reads anything else of an earlier snapshot does not type-check.
+
+# The ``ethtool -S`` statistics a compact entry keeps (the rates the checks measure over the
+# history: roce.pfc.pause_storm, roce.qos.lossy_traffic, and mlx5's PHY counters for the
+# pre-FEC BER and link-down events of the optics checks); the others are the newest entry's.
+HISTORY_ETHTOOL: frozenset[str] = frozenset(
+    [f"{d}_prio{p}_pause" for d in ("rx", "tx") for p in range(8)]
+    + [f"tx_prio{p}_bytes" for p in range(8)]
+    + ["tx_vport_rdma_unicast_bytes"]
+    + ["rx_corrected_bits_phy", "rx_bits_phy", "link_down_events_phy"]
+)
+
+
+def phy_counters(phy: PhyLink | None) -> PhyLink | None:
+    """The counters of a PhyLink a compact history entry keeps (link-down events, FEC
+    totals: the optics checks' rates); the link-down reason, lanes and histogram are the
+    newest entry's business."""
+    if phy is None or (phy.link_down_events is None and phy.fec is None):
+        return None
+    f = phy.fec
+    fec = None if f is None else FecStats(corrected_blocks=f.corrected_blocks, uncorrectable_blocks=f.uncorrectable_blocks, corrected_bits=f.corrected_bits)
+    return PhyLink(link_down_events=phy.link_down_events, fec=fec)
+
+
+class PortReading(Protocol):
+    """An IB port as the history keeps it. An aged entry (older than every counter window)
+    keeps ``counters`` with ``link_downed`` only and no ``hw_counters``."""
+
+    @property
+    def port(self) -> int: ...
+    @property
+    def state(self) -> str | None: ...
+    @property
+    def phys_state(self) -> str | None: ...
+    @property
+    def link_layer(self) -> str | None: ...
+    @property
+    def netdev(self) -> str | None: ...
+    @property
+    def counters(self) -> Mapping[str, int]: ...
+    @property
+    def hw_counters(self) -> Mapping[str, int]: ...
+    @property
+    def is_active(self) -> bool: ...
+
+
+class HcaReading(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def ports(self) -> tuple[PortReading, ...]: ...
+
+
+class NetdevReading(Protocol):
+    """A netdev as the history keeps it: link state, the ``HISTORY_ETHTOOL`` statistics and
+    the PHY's counters (``phy_counters``) (None: not read, or an aged entry)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def operstate(self) -> str | None: ...
+    @property
+    def carrier(self) -> bool | None: ...
+    @property
+    def ethtool(self) -> Mapping[str, int] | None: ...
+    @property
+    def phy(self) -> PhyLink | None: ...
+
+
+class LinkReading(Protocol):
+    """An NVLink as the history keeps it (aged: no ``errors``)."""
+
+    @property
+    def link(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def errors(self) -> Mapping[str, int]: ...
+
+
+class GpuReading(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def pci_bus_id(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def pcie_replay_errors(self) -> int | None: ...
+    @property
+    def nvlinks(self) -> tuple[LinkReading, ...]: ...
+
+
+class NvmlReading(Protocol):
+    @property
+    def available(self) -> bool: ...
+    @property
+    def asked(self) -> bool: ...
+    @property
+    def gpus(self) -> tuple[GpuReading, ...]: ...
+
+
+class PciReading(Protocol):
+    """A PCI function as the history keeps it: those with AER counters (the functions the
+    pci_errors probe reads), with their current link."""
+
+    @property
+    def bdf(self) -> str: ...
+    @property
+    def aer(self) -> PcieAer | None: ...
+    @property
+    def current_link_speed(self) -> str | None: ...
+    @property
+    def current_link_width(self) -> int | None: ...
+
+
+class HistoryEntry(Protocol):
+    """An earlier snapshot as the checks (agentd.judging.checks.common.CheckInput.history)
+    and the history's state file read it."""
+
+    @property
+    def taken_at(self) -> float: ...
+    @property
+    def host_root(self) -> str: ...
+    @property
+    def host_mode(self) -> str | None: ...
+    @property
+    def hcas(self) -> tuple[HcaReading, ...]: ...
+    @property
+    def netdevs(self) -> tuple[NetdevReading, ...]: ...
+    @property
+    def nvml(self) -> NvmlReading: ...
+    @property
+    def pci(self) -> tuple[PciReading, ...]: ...
+
+    def hca(self, name: str) -> HcaReading | None: ...
+
+    def netdev(self, name: str) -> NetdevReading | None: ...
+
+    def pci_device(self, bdf: str) -> PciReading | None: ...
+
+
 # ---------------------------------------------------------------------------
 # Findings
 
@@ -815,7 +999,11 @@ def counted(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.withheld is None]
 
 
-def overall_status(findings: Iterable[Finding]) -> Literal["ok", "degraded", "critical"]:
+# The node's health as its findings say (``/health`` adds starting and maintenance)
+NodeStatus = Literal["ok", "degraded", "critical"]
+
+
+def overall_status(findings: Iterable[Finding]) -> NodeStatus:
     """The worst severity of the findings that count (withheld ones never do)."""
     worst = max((SEVERITY_RANK[f.severity] for f in findings if f.withheld is None), default=0)
     return ("ok", "degraded", "critical")[worst]

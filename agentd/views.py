@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any, Sequence
+from typing import Sequence
 
 from agentd.base.escape import printable
+from agentd.base.jsontypes import JsonObject
 from agentd.judging.findings import finding_line
 from agentd.judging.placement import Placement
 from agentd.judging.roles import HcaRoles
@@ -14,7 +15,7 @@ from agentd.model import Finding, NodeSnapshot, TclassOverride, counted, overall
 from agentd.outputs.maintenance import Maintenance, maintenance_doc, maintenance_line
 
 
-def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> dict[str, Any]:
+def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> JsonObject:
     """The `agentd inspect --format json` document (stable keys, documented in README)."""
     netdev_mtu = {n.name: n.mtu for n in snap.netdevs}
     return {
@@ -233,12 +234,12 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
     return printable("\n".join(out) + "\n")  # names that are not UTF-8 as \xNN
 
 
-def findings_json(findings: Sequence[Finding], maintenance: Maintenance | None = None) -> dict[str, Any]:
+def findings_json(findings: Sequence[Finding], maintenance: Maintenance | None = None) -> JsonObject:
     """In maintenance, ``status`` is ``maintenance``, ``measured_status`` what it would have
     been and ``maintenance`` the file's reason, since and by; the findings are all there."""
     ordered = sort_findings(list(findings))
     measured = overall_status(ordered)
-    doc: dict[str, Any] = {"status": measured}
+    doc: JsonObject = {"status": measured}
     if maintenance is not None:
         doc = {"status": "maintenance", "measured_status": measured, "maintenance": maintenance_doc(maintenance)}
     doc["findings"] = [f.model_dump(mode="json") for f in ordered]
@@ -262,7 +263,7 @@ def findings_text(findings: Sequence[Finding], *, include_ok: bool = False, main
     return printable("\n".join(lines) + "\n")
 
 
-def placement_view(p: Placement, node: str | None) -> dict[str, Any]:
+def placement_view(p: Placement, node: str | None) -> JsonObject:
     """The `agentd topology --format json` document: the node name and /topology's placement object."""
     return {"node": node, **p.model_dump(mode="json")}
 

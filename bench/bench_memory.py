@@ -268,7 +268,7 @@ def history_heap(args: argparse.Namespace, tmp: Path, tag: dict[str, Any]) -> No
       daemon run's case: thresholds.rate_window_s at its maximum), ``--heap-entries``;
     - ``history_heap_default_windows_bytes_per_entry``: a full history (``--entries``) at
       the default windows, as a busy node holds it after ~2.5 days: one entry per 5 min
-      beyond the 10 min rate window (aged: agentd.collection.history), then the last
+      beyond the 10 min rate window (aged: agentd.collection.compact), then the last
       10 min one per 10 s. The entries' times are set; the collector reads the tree each
       time."""
     import tracemalloc

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Callable
+
+from agentd.base.jsontypes import JsonValue
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # A JSON document dumped with ensure_ascii: a backslash pair, a surrogate pair (a valid
@@ -55,22 +60,22 @@ def _json_unescape_surrogate(m: re.Match[str]) -> str:
     return "\\" + _hex(chr(int(tok[2:], 16)))
 
 
-def json_text(obj: Any, **kw: Any) -> str:
+def json_text(obj: JsonValue, *, indent: int | None = None, separators: tuple[str, str] | None = None,
+              default: Callable[[object], object] | None = None) -> str:
     """``json.dumps`` (ASCII, as by default) with lone surrogates as ``\\xNN`` text: every
     parser reads the same value, none has to accept a lone surrogate escape."""
-    s = json.dumps(obj, **kw)
+    s = json.dumps(obj, indent=indent, separators=separators, default=default)
     if "\\ud" not in s:
         return s
     return _JSON_ESCAPE.sub(_json_unescape_surrogate, s)
 
 
-def model_json(model: Any, *, indent: int | None = None) -> str:
+def model_json(model: BaseModel, *, indent: int | None = None) -> str:
     """A pydantic model's JSON (``model_dump_json``), or, when it holds a name that is not
     UTF-8 (pydantic refuses to encode a lone surrogate), the same document through
     ``json_text``: dict keys and values keep their name, escaped as ``\\xNN``."""
     try:
-        text: str = model.model_dump_json(indent=indent)
-        return text
+        return model.model_dump_json(indent=indent)
     except ValueError:  # PydanticSerializationError
         compact = (",", ":") if indent is None else None
         return json_text(model.model_dump(mode="python"), indent=indent, separators=compact, default=str)

@@ -3,8 +3,9 @@ rendered straight to text. A leaf: it knows the format, nothing of agentd's data
 
 The text is generated directly instead of through prometheus_client's registry: one
 render per State, memoised per area (agentd.metrics.registry), costs less than building
-client objects, and the output is checked with prometheus_client's parser and
-``promtool check metrics`` in the tests.
+client objects and the client's import, and stays correct on names that are not UTF-8
+(docs/performance.md, "The exposition is written by hand"). prometheus_client is a test
+dependency: the output is checked with its parser and ``promtool check metrics``.
 """
 
 from __future__ import annotations

@@ -137,19 +137,13 @@ def nccl_walk_bdf(component: str) -> bool:
 # PCI class and vendor codes
 
 # Base class + subclass: the class code (sysfs ``class``, 0x030200) shifted right by 8.
-CLASS_STORAGE_NVME = 0x0108
-CLASS_NET_ETHERNET = 0x0200
-CLASS_NET_INFINIBAND = 0x0207
 CLASS_DISPLAY_VGA = 0x0300
 CLASS_DISPLAY_3D = 0x0302
-CLASS_BRIDGE_HOST = 0x0600
 CLASS_BRIDGE_PCI = 0x0604
 CLASS_BRIDGE_OTHER = 0x0680  # NVSwitch reports 0x068000
 GPU_CLASSES = frozenset({CLASS_DISPLAY_VGA, CLASS_DISPLAY_3D})
-NIC_CLASSES = frozenset({CLASS_NET_ETHERNET, CLASS_NET_INFINIBAND})
 
 VENDOR_NVIDIA = 0x10DE
-VENDOR_MELLANOX = 0x15B3
 
 
 def pci_class(class_code: int) -> int:

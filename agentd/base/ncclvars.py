@@ -26,7 +26,6 @@ MAX_VALUE_LEN = 1023  # NCCL's nccl.conf reader truncates longer values
 MAX_IB_HCAS = 32
 
 GDR_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
-LEVEL_KEYS = ("NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL")
 DEBUG_SECTION = frozenset(
     {
         "NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ", "NCCL_ALGO", "NCCL_PROTO",

@@ -2,8 +2,8 @@
 
 CPython reaches OpenSSL's libcrypto through two extension modules: ``_hashlib`` (the
 fast path of ``hashlib`` and ``hmac``) and ``_ssl`` (``ssl``). On an always-on daemon
-they cost ~7 MiB of RSS together: libcrypto and libssl mapped, and OpenSSL's own
-tables (bench/bench_memory.py, docs/performance.md). agentd needs neither on most nodes:
+they cost several MiB of RSS together: libcrypto and libssl mapped, and OpenSSL's own
+tables (figures: docs/performance.md, "Memory"; bench/bench_memory.py). agentd needs neither on most nodes:
 
 - Its digests are SHA-256 of small texts (managed files, fingerprints, rail hashes) and
   HMAC-SHA-256 in capture redaction. CPython's built-in hash modules give the same
@@ -19,8 +19,7 @@ tables (bench/bench_memory.py, docs/performance.md). agentd needs neither on mos
 
 One more library is left out the same way. frozenlist's compiled ``FrozenList`` (which
 aiohttp uses for its signals and route lists, a handful of short lists built at start) is
-C++, and loading it maps the C++ runtime, libstdc++: ~1 MiB of RSS for nothing agentd
-needs. ``lean_process()`` imports frozenlist as its documented ``FROZENLIST_NO_EXTENSIONS``
+C++, and loading it maps the C++ runtime, libstdc++: RSS for nothing agentd needs. ``lean_process()`` imports frozenlist as its documented ``FROZENLIST_NO_EXTENSIONS``
 switch selects, the pure-Python ``FrozenList`` with the same API, and restores the
 environment, so no child process inherits the switch.
 

@@ -18,9 +18,6 @@ simulator, read by the host readers::
     ROOT/.agentd/simulation.json      the simulator's profile and applied faults
     ROOT/dev/kmsg                     kernel log records (a file, /dev/kmsg's record format)
 
-Older simulator trees keep the same files under ``ROOT/.agentd-sim/`` (``profile.json``
-for ``simulation.json``, no manifest): still read, as simulated, for one release.
-
 This module is a leaf: names, the manifest's shape, and the two text formats that are
 written here (``ethtool -S``, ``mlnx_qos -i``). Parsing them is the readers' job.
 """
@@ -29,10 +26,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Literal
+
+from agentd.base.jsontypes import JsonObject, JsonValue
 
 DIR = ".agentd"
-LEGACY_DIR = ".agentd-sim"
 MANIFEST = f"{DIR}/manifest.json"
 NVML = "nvml.json"
 ETHTOOL = "ethtool"
@@ -42,7 +40,6 @@ LINK_TOOL = "link-tool"
 UNAME = "uname.json"
 BASELINE = "state/baseline.json"
 SIMULATION = "simulation.json"
-LEGACY_SIMULATION = "profile.json"
 KMSG = "dev/kmsg"
 
 FORMAT = "agentd-recording"
@@ -52,22 +49,21 @@ Kind = Literal["capture", "simulation"]
 KINDS: tuple[str, ...] = ("capture", "simulation")
 
 MANIFEST_MAX_BYTES = 4 * 1024 * 1024
-ANSWER_MAX_BYTES = 4 * 1024 * 1024
 
 
 class ManifestError(ValueError):
     pass
 
 
-def manifest(kind: Kind, *, agentd_version: str, created: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def manifest(kind: Kind, *, agentd_version: str, created: str, extra: Mapping[str, JsonValue] | None = None) -> JsonObject:
     """A manifest object (``json.dumps`` it into ``MANIFEST``)."""
-    out: dict[str, Any] = {"format": FORMAT, "version": VERSION, "kind": kind, "agentd_version": agentd_version, "created": created}
+    out: JsonObject = {"format": FORMAT, "version": VERSION, "kind": kind, "agentd_version": agentd_version, "created": created}
     if extra:
         out.update({k: v for k, v in extra.items() if k not in out})
     return out
 
 
-def parse_manifest(data: bytes) -> dict[str, Any]:
+def parse_manifest(data: bytes) -> JsonObject:
     """The manifest object, checked for what every reader relies on: the format name, a
     version this agentd reads (``VERSION`` or older) and a known kind."""
     try:

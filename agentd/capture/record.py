@@ -21,11 +21,11 @@ import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from agentd import __version__
 from agentd.base import recorded
 from agentd.base.atomic import atomic_write, read_regular
+from agentd.base.jsontypes import JsonObject
 from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
 from agentd.host import ethtool_nl, module_eeprom, mstlink
@@ -74,7 +74,7 @@ def _trim_process_table(rec: PathRecorder, root: Path) -> None:
         rec.listings[proc] = [n for n in rec.listings[proc] if n in kept]
 
 
-def _nvml_answer(snap: NodeSnapshot) -> dict[str, Any]:
+def _nvml_answer(snap: NodeSnapshot) -> JsonObject:
     nv = snap.nvml
     if not nv.available:
         return {"init_error": nv.error or "NVML unavailable", "gpus": []}
@@ -171,7 +171,7 @@ def capture(host: HostRoot, config: AgentConfig, out: Path, *, redact: bool = Fa
     answers = _answers(tree, host, config, snap, problems)
 
     hostname = snap.system.hostname
-    summary: dict[str, Any] = {}
+    summary: JsonObject = {}
     said = {"host_root": str(host.root), "mode_reason": host.mode_reason}
     if redact:
         from agentd.capture.redact import Redactor

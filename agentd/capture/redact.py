@@ -69,10 +69,11 @@ import re
 import secrets
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar, cast
 
 from agentd.base import sff
+from agentd.base.jsontypes import JsonValue
 
 __all__ = ["Redactor"]
 
@@ -80,6 +81,8 @@ _M64 = (1 << 64) - 1
 _M128 = (1 << 128) - 1
 
 # Files copied as they are: versions and part numbers (a 4-part version is no IPv4).
+H = TypeVar("H", bound=Hashable)  # a value redaction maps (bytes, str, int)
+
 _KEEP_NAMES = frozenset({"fw_ver", "hw_rev", "board_id", "hca_type", "srcversion", "osrelease", "modalias", "uevent_seqnum"})
 _SERIAL_FILE_RE = re.compile(r"(^|/)dmi/id/[^/]*(serial|asset_tag)$")
 _HEX_ID_FILE_RE = re.compile(r"(^|/)net/[^/]+/phys_(port|switch)_id$")
@@ -168,8 +171,8 @@ class Redactor:
 
     def __init__(self, key: bytes | None = None, hostnames: Iterable[str] = ()) -> None:
         self._key = key if key is not None else secrets.token_bytes(32)
-        self._maps: dict[str, dict[Any, Any]] = {}
-        self._used: dict[str, set[Any]] = {}
+        self._maps: dict[str, dict[Hashable, Hashable]] = {}  # per kind: value -> its replacement (one type per kind)
+        self._used: dict[str, set[Hashable]] = {}
         self._counts: Counter[str] = Counter()
         self._hosts: dict[str, str] = {}  # lowercased name -> replacement
         for name in hostnames:
@@ -236,12 +239,12 @@ class Redactor:
         msg = kind.encode() + b"\0" + attempt.to_bytes(4, "big") + value
         return hmac.new(self._key, msg, hashlib.sha256).digest()
 
-    def _mapped(self, kind: str, value: Any, draw: Callable[[int], Any], *, avoid: Callable[[Any], bool] = lambda _v: False) -> Any:
+    def _mapped(self, kind: str, value: H, draw: Callable[[int], H], *, avoid: Callable[[H], bool] = lambda _v: False) -> H:
         """The replacement of ``value`` of ``kind``: ``draw(attempt)`` until it is new,
         not the value itself, and not ``avoid``ed (bounded; injective per kind)."""
         table = self._maps.setdefault(kind, {})
         if value in table:
-            return table[value]
+            return cast(H, table[value])  # stored by the same kind's draw
         used = self._used.setdefault(kind, set())
         out = draw(0)
         for attempt in range(1, 64):
@@ -479,7 +482,7 @@ class Redactor:
         text = json.dumps(out, indent=indent, ensure_ascii=False)
         return (text + ("\n" if data.endswith(b"\n") else "")).encode("utf-8", "surrogateescape")
 
-    def _walk(self, obj: Any, key: str | None) -> Any:
+    def _walk(self, obj: JsonValue, key: str | None) -> JsonValue:
         if isinstance(obj, dict):
             return {self.redact_text(k): self._walk(v, k) for k, v in obj.items()}
         if isinstance(obj, list):

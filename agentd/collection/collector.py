@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple
+from typing import Generic, Literal, NamedTuple, TypeVar, cast
 
 from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
@@ -52,6 +52,7 @@ from agentd.model import (
     NvmlInfo,
     PciDevice,
     PciLinkRead,
+    PfcConfig,
     PhyLink,
     ProbeStatus,
     ReadError,
@@ -68,107 +69,50 @@ FULL_READ_EVERY_S = 300.0
 
 @dataclass(frozen=True)
 class ProbeOutput:
+    """One probe's latest output. ``data`` is what its ProbeSpec's ``fn`` returns: read it
+    through ``data_of(outputs, SPEC)``, which gives it that spec's type."""
+
     name: str
-    data: Any
+    data: object
     errors: tuple[ReadError, ...]
     status: ProbeStatus
     # The accesses of the full run that produced ``data`` (agentd.host.fs.replay); None:
     # this probe is not journaled (it asks the kernel or NVML) or its run failed.
-    journal: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
-    inputs: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # the data of the probes it read (``after``)
+    journal: tuple[JournalEntry, ...] | None = field(default=None, repr=False, compare=False)
+    inputs: tuple[object, ...] = field(default=(), repr=False, compare=False)  # the data of the probes it read (``after``)
     full_at: float = 0.0  # time.monotonic() of that full run
     reused: bool = False  # this run replayed the journal and kept the previous data
     # The journal's entries a quick check replays (``ProbeSpec.signals``); None: all.
-    signals: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    signals: tuple[JournalEntry, ...] | None = field(default=None, repr=False, compare=False)
     checked_at: float = 0.0  # time.monotonic() of the latest full run or whole-journal replay
 
 
-ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], Any]
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], T_co]
 # A probe that reads what the configuration says ([optics]): given it as well.
-ConfiguredProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput], AgentConfig], Any]
-
-
-def _rdma_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[str]:
-    """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something."""
-    return [name for name, _ in _pci_netdevs(outputs)]
-
-
-def _pci_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[tuple[str, str | None]]:
-    """(netdev, its PCI bus id) of the Ethernet netdevs backed by a PCI device."""
-    out = outputs.get("netdev")
-    if out is None or not out.data:
-        return []
-    return [(n.name, n.pci_bus_id) for n in out.data if not n.is_virtual and n.link_layer == "Ethernet"]
-
-
-def firmware_gate(config: AgentConfig, outputs: Mapping[str, ProbeOutput]) -> Gate:
-    """Which devices agentd may run firmware-backed reads on now (hwmon temperatures, module
-    EEPROM pages, link state, FEC and PHY counters). Issue 36's ``[collect] ignore`` list and
-    per-device back-off connect here; until then every device may be read."""
-    return allow_all
-
-
-class EthtoolRead(NamedTuple):
-    """The ethtool probe's output: ``ethtool -S`` statistics, and the PHY's link state and
-    FEC counters (ethtool netlink), both per netdev, read in the same medium-tier pass."""
-
-    stats: Mapping[str, dict[str, int]]
-    phy: Mapping[str, PhyLink]
-
-
-def _ethtool(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> EthtoolRead:
-    pairs = _pci_netdevs(outputs)
-    gate = firmware_gate(config, outputs)
-    allowed = [name for name, bus in pairs if bus is None or gate(bus)]
-    phy = ethtool_nl.read_phy(ctx, allowed) if config.optics.enabled else {}
-    return EthtoolRead(ethtool.read_ethtool(ctx, allowed), phy)
-
-
-class OpticsRead(NamedTuple):
-    """The optics probe's output (slow tier, firmware register reads on mlx5): HCA
-    temperatures by PCI bus id, Ethernet ports' modules by netdev, and what the opt-in link
-    tool said of InfiniBand ports."""
-
-    temperatures: Mapping[str, tuple[TempSensor, ...]]
-    modules: Mapping[str, Transceiver]
-    link_diag: Mapping[tuple[str, int], LinkDiag]
-
-
-def _optics(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> OpticsRead:
-    o = config.optics
-    if not o.enabled:
-        return OpticsRead({}, {}, {})
-    gate = firmware_gate(config, outputs)
-    hcas = outputs.get("ib_gids")
-    inventory: tuple[Hca, ...] = hcas.data if hcas is not None and hcas.data else ()
-    temps = hwmon.read_hwmon(ctx, [h.pci_bus_id for h in inventory if h.pci_bus_id], gate)
-    modules = module_eeprom.read_modules(ctx, _pci_netdevs(outputs), gate)
-    diag: Mapping[tuple[str, int], LinkDiag] = {}
-    if o.link_tool != "off":
-        ports = [(h.name, p.port, h.pci_bus_id) for h in inventory if h.pci_bus_id for p in h.ports if p.link_layer == "InfiniBand"]
-        diag = mstlink.read_link_diag(ctx, o.link_tool, ports, timeout_s=o.link_tool_timeout_s, may_read=gate)
-    return OpticsRead(temps, modules, diag)
+ConfiguredProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput], AgentConfig], T_co]
 
 
 @dataclass(frozen=True)
-class ProbeSpec:
+class ProbeSpec(Generic[T_co]):
+    """A probe: its reader ``fn`` gives a ``T_co`` (None: ``configured`` reads it, or else a
+    stream the collector reads itself, the kernel log)."""
+
     name: str
     tier: Tier
-    fn: ProbeFn
-    empty: Any  # value when the probe never produced data
+    fn: ProbeFn[T_co] | None
+    empty: T_co  # value when the probe never produced data
     nvml: bool = False  # uses the NVML timeout
     after: tuple[str, ...] = ()  # probes whose output this one needs
     # Whether everything the probe learns comes through its ReadContext on this host (so
     # replaying its journal tells whether its output would change). NVML never: the
     # library answers (and a simulated hang must hang every time).
     journaled: Callable[[HostRoot], bool] = lambda host: True
-    # A probe over a stream rather than files (the kernel log): the collector keeps one
-    # ``KernelLogSource`` for it and ``fn`` is not used.
-    stream: bool = False
     # Which journal entries a quick check replays (None: the whole journal, always).
     signals: Callable[[JournalEntry], bool] | None = None
-    # Set for a probe that needs the configuration: called instead of ``fn``.
-    configured: ConfiguredProbeFn | None = None
+    # A probe that needs the configuration: called instead of ``fn``.
+    configured: ConfiguredProbeFn[T_co] | None = None
 
 
 def _signals(files: frozenset[str], listings: Callable[[str], bool]) -> Callable[[JournalEntry], bool]:
@@ -192,20 +136,74 @@ def _files_unless_live(host: HostRoot) -> bool:
     return not host.is_live
 
 
+def _rdma_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[str]:
+    """Netdevs backed by a PCI device: where ethtool statistics and DCB mean something."""
+    return [name for name, _ in _pci_netdevs(outputs)]
+
+
+def _pci_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[tuple[str, str | None]]:
+    """(netdev, its PCI bus id) of the Ethernet netdevs backed by a PCI device."""
+    return [(n.name, n.pci_bus_id) for n in data_of(outputs, NETDEV) if not n.is_virtual and n.link_layer == "Ethernet"]
+
+
+def firmware_gate(config: AgentConfig, outputs: Mapping[str, ProbeOutput]) -> Gate:
+    """Which devices agentd may run firmware-backed reads on now (hwmon temperatures, module
+    EEPROM pages, link state, FEC and PHY counters). Issue 36's ``[collect] ignore`` list and
+    per-device back-off connect here; until then every device may be read."""
+    return allow_all
+
+
+class EthtoolRead(NamedTuple):
+    """The ethtool probe's output: ``ethtool -S`` statistics, and the PHY's link state and
+    FEC counters (ethtool netlink), both per netdev, read in the same medium-tier pass."""
+
+    stats: Mapping[str, dict[str, int]]
+    phy: Mapping[str, PhyLink]
+
+
+def _ethtool(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> EthtoolRead:
+    gate = firmware_gate(config, outputs)
+    allowed = [name for name, bus in _pci_netdevs(outputs) if bus is None or gate(bus)]
+    phy = ethtool_nl.read_phy(ctx, allowed) if config.optics.enabled else {}
+    return EthtoolRead(ethtool.read_ethtool(ctx, allowed), phy)
+
+
+class OpticsRead(NamedTuple):
+    """The optics probe's output (slow tier, firmware register reads on mlx5): HCA
+    temperatures by PCI bus id, Ethernet ports' modules by netdev, and what the opt-in link
+    tool said of InfiniBand ports."""
+
+    temperatures: Mapping[str, tuple[TempSensor, ...]]
+    modules: Mapping[str, Transceiver]
+    link_diag: Mapping[tuple[str, int], LinkDiag]
+
+
+def _optics(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> OpticsRead:
+    o = config.optics
+    if not o.enabled:
+        return OpticsRead({}, {}, {})
+    gate = firmware_gate(config, outputs)
+    inventory = data_of(outputs, IB_GIDS)
+    temps = hwmon.read_hwmon(ctx, [h.pci_bus_id for h in inventory if h.pci_bus_id], gate)
+    modules = module_eeprom.read_modules(ctx, _pci_netdevs(outputs), gate)
+    diag: Mapping[tuple[str, int], LinkDiag] = {}
+    if o.link_tool != "off":
+        ports = [(h.name, p.port, h.pci_bus_id) for h in inventory if h.pci_bus_id for p in h.ports if p.link_layer == "InfiniBand"]
+        diag = mstlink.read_link_diag(ctx, o.link_tool, ports, timeout_s=o.link_tool_timeout_s, may_read=gate)
+    return OpticsRead(temps, modules, diag)
+
+
 def _pcie_errors(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> tuple[PciLinkRead, ...]:
     """AER counters of GPUs, HCAs and the bridges above them (the slow probes' tree and HCA
     inventory say which), without re-walking the PCI tree."""
-    hcas = outputs.get("ib_gids")
-    bus_ids = [h.pci_bus_id for h in hcas.data if h.pci_bus_id] if hcas is not None and hcas.data else []
-    devs = outputs.get("pci")
-    return pcie_errors.read_pcie_errors(ctx, devs.data if devs is not None else (), bus_ids)
+    bus_ids = [h.pci_bus_id for h in data_of(outputs, IB_GIDS) if h.pci_bus_id]
+    return pcie_errors.read_pcie_errors(ctx, data_of(outputs, PCI), bus_ids)
 
 
 def _fabric_daemons(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> FabricDaemons:
     """The fabric daemons, looked for only where they can matter: a node with NVIDIA GPUs
     or NVSwitches on its PCI bus (an idle CPU node does not scan its process table)."""
-    devs = outputs.get("pci")
-    if devs is None or not any(d.is_nvswitch or (d.is_gpu and d.vendor_id == NVIDIA) for d in devs.data):
+    if not any(d.is_nvswitch or (d.is_gpu and d.vendor_id == NVIDIA) for d in data_of(outputs, PCI)):
         return FabricDaemons()
     return daemons.read_daemons(ctx)
 
@@ -233,27 +231,35 @@ IB_PARTS: Mapping[str, tuple[infiniband.Part, ...]] = MappingProxyType({
     "ib_gids": ("gids", "inventory", "qos"),
 })
 
-PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions())),
-    ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ()),
-    ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids")),
-    ProbeSpec("ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (),
-              signals=_signals(infiniband.LINK_SIGNALS, lambda p: p.endswith("/" + infiniband.CLASS_IB))),
-    ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), ()),
-    ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ()),
-    ProbeSpec("netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
-              signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET))),
-    ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo()),
-    ProbeSpec("ethtool", "medium", lambda c, o: None, EthtoolRead({}, {}), after=("netdev",), journaled=_files_unless_live, configured=_ethtool),
-    ProbeSpec("dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live),
-    ProbeSpec("kernel", "fast", lambda c, o: None, KernelLog(asked=False), journaled=lambda host: False, stream=True),
-    ProbeSpec("nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False),
-    # Firmware register reads (hwmon, module EEPROM, the opt-in link tool): their answers
-    # change with every read on a live node, so there is no journal to replay there.
-    ProbeSpec("optics", "slow", lambda c, o: None, OpticsRead({}, {}, {}), after=("netdev", "ib_gids"), journaled=_files_unless_live, configured=_optics),
-    # A live process table changes all the time: replaying its journal would only read it twice.
-    ProbeSpec("daemons", "slow", _fabric_daemons, FabricDaemons(), after=("pci",), journaled=lambda host: not host.is_live),
-)
+SYSTEM: ProbeSpec[SystemRead] = ProbeSpec("system", "slow", _system, SystemRead(SystemInfo(), None, SoftwareVersions()))
+PCI: ProbeSpec[tuple[PciDevice, ...]] = ProbeSpec("pci", "slow", lambda c, o: pci.read_pci(c), ())
+PCI_ERRORS: ProbeSpec[tuple[PciLinkRead, ...]] = ProbeSpec("pci_errors", "medium", _pcie_errors, (), after=("pci", "ib_gids"))
+IB: ProbeSpec[tuple[Hca, ...]] = ProbeSpec(
+    "ib", "fast", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib"]), (),
+    signals=_signals(infiniband.LINK_SIGNALS, lambda p: p.endswith("/" + infiniband.CLASS_IB)))
+IB_COUNTERS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec("ib_counters", "medium", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_counters"]), ())
+IB_GIDS: ProbeSpec[tuple[Hca, ...]] = ProbeSpec("ib_gids", "slow", lambda c, o: infiniband.read_infiniband(c, IB_PARTS["ib_gids"]), ())
+NETDEV: ProbeSpec[tuple[Netdev, ...]] = ProbeSpec(
+    "netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
+    signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET)))
+GDR: ProbeSpec[GdrInfo] = ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo())
+ETHTOOL: ProbeSpec[EthtoolRead] = ProbeSpec(
+    "ethtool", "medium", None, EthtoolRead({}, {}), after=("netdev",), journaled=_files_unless_live, configured=_ethtool)
+DCB: ProbeSpec[Mapping[str, PfcConfig]] = ProbeSpec(
+    "dcb", "slow", lambda c, o: dcb.read_pfc(c, _rdma_netdevs(o)), {}, after=("netdev",), journaled=_files_unless_live)
+# A stream rather than files: the collector keeps one KernelLogSource for it (no ``fn``).
+KERNEL: ProbeSpec[KernelLog] = ProbeSpec("kernel", "fast", None, KernelLog(asked=False), journaled=lambda host: False)
+NVML: ProbeSpec[NvmlInfo] = ProbeSpec(
+    "nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False)
+# Firmware register reads (hwmon, module EEPROM, the opt-in link tool): their answers
+# change with every read on a live node, so there is no journal to replay there.
+OPTICS: ProbeSpec[OpticsRead] = ProbeSpec(
+    "optics", "slow", None, OpticsRead({}, {}, {}), after=("netdev", "ib_gids"), journaled=_files_unless_live, configured=_optics)
+# A live process table changes all the time: replaying its journal would only read it twice.
+DAEMONS: ProbeSpec[FabricDaemons] = ProbeSpec(
+    "daemons", "slow", _fabric_daemons, FabricDaemons(), after=("pci",), journaled=lambda host: not host.is_live)
+
+PROBES: tuple[ProbeSpec[object], ...] = (SYSTEM, PCI, PCI_ERRORS, IB, IB_COUNTERS, IB_GIDS, NETDEV, GDR, ETHTOOL, DCB, KERNEL, NVML, OPTICS, DAEMONS)
 PROBE_BY_NAME = {p.name: p for p in PROBES}
 # The probe catalogue: every probe name with its tier, in collection order. Tests, the
 # daemon's tier loops and the metrics take probe names from here.
@@ -269,13 +275,16 @@ def probes_in(tiers: Iterable[Tier]) -> list[str]:
 # assembly (pure)
 
 
-def _data(outputs: Mapping[str, ProbeOutput], name: str) -> Any:
-    out = outputs.get(name)
-    return out.data if out is not None else PROBE_BY_NAME[name].empty
+def data_of(outputs: Mapping[str, ProbeOutput], spec: ProbeSpec[T]) -> T:
+    """``spec``'s latest data in ``outputs`` (its ``empty`` when it never ran). The one
+    place the type is asserted: an output is only ever recorded under its spec's name,
+    from that spec's ``fn`` (or ``empty``)."""
+    out = outputs.get(spec.name)
+    return cast(T, out.data) if out is not None else spec.empty
 
 
 def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None],
-                optics: OpticsRead | None = None) -> tuple[Hca, ...]:
+                optics: OpticsRead) -> tuple[Hca, ...]:
     """The HCAs and ports of the fast read (``link``), with the medium read's counters and
     the slow read's GID tables, port netdevs, sm_sl, tclass override and HCA inventory
     (attributes, PCI, NUMA), and the optics read's temperatures and link-tool answers."""
@@ -288,7 +297,7 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
         for p in h.ports:
             c = by_counters.get((h.name, p.port))
             s = by_slow.get((h.name, p.port))
-            upd: dict[str, Any] = {}
+            upd: dict[str, object] = {}
             if c is not None:
                 upd["counters"] = c.counters
                 upd["hw_counters"] = c.hw_counters
@@ -297,24 +306,24 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
                 upd["netdev"] = s.netdev
                 upd["sm_sl"] = s.sm_sl
                 upd["tclass"] = s.tclass
-            diag = optics.link_diag.get((h.name, p.port)) if optics is not None else None
+            diag = optics.link_diag.get((h.name, p.port))
             if diag is not None:
                 upd["link_diag"] = diag
             ports.append(p.model_copy(update=upd) if upd else p)
         base = inventory.get(h.name, h)  # the link read has no inventory: defaults until slow runs
         numa = base.numa_node if base.numa_node is not None else pci_numa.get(base.pci_bus_id or "")
-        hupd: dict[str, Any] = {"ports": tuple(ports), "numa_node": numa}
-        temps = optics.temperatures.get(base.pci_bus_id or "") if optics is not None else None
+        hupd: dict[str, object] = {"ports": tuple(ports), "numa_node": numa}
+        temps = optics.temperatures.get(base.pci_bus_id or "")
         if temps:
             hupd["temperatures"] = temps
         merged.append(base.model_copy(update=hupd))
     return tuple(merged)
 
 
-def _merge_netdevs(nds: tuple[Netdev, ...], eth: EthtoolRead, pfc: Mapping[str, Any], modules: Mapping[str, Transceiver]) -> tuple[Netdev, ...]:
+def _merge_netdevs(nds: tuple[Netdev, ...], eth: EthtoolRead, pfc: Mapping[str, PfcConfig], modules: Mapping[str, Transceiver]) -> tuple[Netdev, ...]:
     out = []
     for n in nds:
-        upd: dict[str, Any] = {}
+        upd: dict[str, object] = {}
         if n.name in eth.stats:
             upd["ethtool"] = eth.stats[n.name]
         if n.name in eth.phy:
@@ -338,7 +347,7 @@ def _merge_pci(devs: tuple[PciDevice, ...], reads: tuple[PciLinkRead, ...]) -> t
         if r is None:
             out.append(d)
             continue
-        upd: dict[str, Any] = {"aer": r.aer}
+        upd: dict[str, object] = {"aer": r.aer}
         if r.link_read and (r.current_link_speed is not None or r.current_link_width is not None):
             upd.update(current_link_speed=r.current_link_speed, current_link_speed_gts=r.current_link_speed_gts, current_link_width=r.current_link_width)
         out.append(d.model_copy(update=upd))
@@ -369,13 +378,13 @@ def _gpus(pci_devs: tuple[PciDevice, ...], hcas: tuple[Hca, ...], nv: NvmlInfo) 
 
 
 def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float, *, host_mode: Literal["live", "offline", "simulated"] | None = None, host_mode_reason: str | None = None) -> NodeSnapshot:
-    pci_devs = _merge_pci(_data(outputs, "pci"), _data(outputs, "pci_errors"))
+    pci_devs = _merge_pci(data_of(outputs, PCI), data_of(outputs, PCI_ERRORS))
     pci_numa = {d.bdf: d.numa_node for d in pci_devs}
-    optics: OpticsRead = _data(outputs, "optics")
-    hcas = _merge_hcas(_data(outputs, "ib"), _data(outputs, "ib_counters"), _data(outputs, "ib_gids"), pci_numa, optics)
-    netdevs = _merge_netdevs(_data(outputs, "netdev"), _data(outputs, "ethtool"), _data(outputs, "dcb"), optics.modules)
-    nv = _data(outputs, "nvml")
-    sysread: SystemRead = _data(outputs, "system")
+    optics = data_of(outputs, OPTICS)
+    hcas = _merge_hcas(data_of(outputs, IB), data_of(outputs, IB_COUNTERS), data_of(outputs, IB_GIDS), pci_numa, optics)
+    netdevs = _merge_netdevs(data_of(outputs, NETDEV), data_of(outputs, ETHTOOL), data_of(outputs, DCB), optics.modules)
+    nv = data_of(outputs, NVML)
+    sysread = data_of(outputs, SYSTEM)
     # Each IB tier lists the same HCA and port directories (and ib, ib_gids both read
     # link_layer): report a bad entry once.
     errors: dict[tuple[str, str], ReadError] = {}
@@ -392,10 +401,10 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
         gpus=_gpus(pci_devs, hcas, nv),
         hcas=hcas,
         netdevs=netdevs,
-        gdr=_data(outputs, "gdr"),
+        gdr=data_of(outputs, GDR),
         nvml=nv,
-        kernel=_data(outputs, "kernel"),
-        daemons=_data(outputs, "daemons"),
+        kernel=data_of(outputs, KERNEL),
+        daemons=data_of(outputs, DAEMONS),
         nccl_conf=sysread.nccl_conf,
         versions=sysread.versions,
         probes=tuple(outputs[p.name].status for p in PROBES if p.name in outputs),
@@ -411,24 +420,24 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
 class _Run:
     """What one probe run returned to the collector (from its lane thread)."""
 
-    data: Any
+    data: object
     errors: tuple[ReadError, ...]
     files_read: int
     duration: float
     finished: float
-    journal: tuple[Any, ...] | None = None
-    inputs: tuple[Any, ...] = ()
+    journal: tuple[JournalEntry, ...] | None = None
+    inputs: tuple[object, ...] = ()
     full_at: float = 0.0
     reused: bool = False
-    signals: tuple[Any, ...] | None = None
+    signals: tuple[JournalEntry, ...] | None = None
     checked_at: float = 0.0
 
 
-def _inputs(spec: ProbeSpec, outputs: Mapping[str, ProbeOutput]) -> tuple[Any, ...]:
+def _inputs(spec: ProbeSpec[object], outputs: Mapping[str, ProbeOutput]) -> tuple[object, ...]:
     return tuple(outputs[a].data if a in outputs else None for a in spec.after)
 
 
-def _reuse(host: HostRoot, prev: ProbeOutput | None, inputs: tuple[Any, ...], now: float, quick_s: float) -> tuple[bool, bool]:
+def _reuse(host: HostRoot, prev: ProbeOutput | None, inputs: tuple[object, ...], now: float, quick_s: float) -> tuple[bool, bool]:
     """(True, whether only the signals were replayed) when replaying ``prev``'s journal
     shows nothing it read changed: only its signals while the last whole replay is younger
     than ``quick_s`` (0: never), else all of it."""
@@ -454,7 +463,7 @@ class _Turn:
     its thread this group's lane is busy, and later cycles run each probe in its own lane.
     """
 
-    def __init__(self, collector: Collector, specs: list[ProbeSpec], quick: bool = False):
+    def __init__(self, collector: Collector, specs: list[ProbeSpec[object]], quick: bool = False):
         self.collector, self.specs, self.deps, self.quick = collector, specs, dict(collector.outputs), quick
         self.began = time.monotonic()
         # (run, error, when it ended (monotonic), how long it took): appended by the lane's thread
@@ -502,7 +511,7 @@ class _Turn:
         self._taken = n + 1
         return True
 
-    def unstarted(self) -> list[ProbeSpec]:
+    def unstarted(self) -> list[ProbeSpec[object]]:
         """After the wait: the probes this run will not record (those after a hung one,
         or the rest when the run itself died), for their own lanes."""
         self._take()
@@ -528,10 +537,10 @@ class Collector:
         if self.kernel_source is None:
             self.kernel_source = KernelLogSource(self.host)
 
-    def _timeout(self, spec: ProbeSpec) -> float:
+    def _timeout(self, spec: ProbeSpec[object]) -> float:
         return self.config.timeouts.nvml_s if spec.nvml else self.config.timeouts.probe_s
 
-    def _body(self, spec: ProbeSpec, deps: Mapping[str, ProbeOutput], quick: bool = False) -> _Run:
+    def _body(self, spec: ProbeSpec[object], deps: Mapping[str, ProbeOutput], quick: bool = False) -> _Run:
         """One run of a probe (in its lane thread): the journal replayed when there is one
         (only its signals when ``quick`` and the whole was replayed recently), the reader
         in full when that shows a change (or there is none)."""
@@ -548,10 +557,10 @@ class Collector:
                             prev.full_at, reused=True, signals=prev.signals, checked_at=prev.checked_at if signals_only else mono)
         ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None)
         try:
-            if spec.stream:
-                data = self._stream(ctx)
-            elif spec.configured is not None:
+            if spec.configured is not None:
                 data = spec.configured(ctx, deps, self.config)
+            elif spec.fn is None:
+                data = self._stream(ctx)
             else:
                 data = spec.fn(ctx, deps)
         finally:
@@ -573,7 +582,7 @@ class Collector:
             lane = self._lanes[name] = Lane(name)
         return lane
 
-    def _turn(self, specs: list[ProbeSpec], quick: bool = False) -> _Turn | None:
+    def _turn(self, specs: list[ProbeSpec[object]], quick: bool = False) -> _Turn | None:
         """Start ``specs`` one after another as one run in one lane (None: fewer than two,
         or this group's earlier run still hangs: then each goes to its own lane)."""
         if len(specs) < 2:
@@ -585,7 +594,7 @@ class Collector:
         turn.fut = fut
         return turn
 
-    def _record(self, spec: ProbeSpec, result: _Run | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
+    def _record(self, spec: ProbeSpec[object], result: _Run | None, error: str | None, timed_out: bool, waited: float) -> ProbeOutput:
         now = time.time()
         prev = self.outputs.get(spec.name)
         if result is not None:
@@ -623,7 +632,7 @@ class Collector:
         self.outputs[spec.name] = out
         return out
 
-    def _phases(self, names: Iterable[str]) -> list[list[ProbeSpec]]:
+    def _phases(self, names: Iterable[str]) -> list[list[ProbeSpec[object]]]:
         wanted = [PROBE_BY_NAME[n] for n in names]
         first = [s for s in wanted if not any(a in {w.name for w in wanted} for a in s.after)]
         second = [s for s in wanted if s not in first]
@@ -651,7 +660,7 @@ class Collector:
             for spec, fut, t0 in aside:
                 self._wait_sync(spec, fut, t0)
 
-    def _wait_sync(self, spec: ProbeSpec, fut: Future[_Run], t0: float) -> None:
+    def _wait_sync(self, spec: ProbeSpec[object], fut: Future[_Run], t0: float) -> None:
         left = max(0.0, self._timeout(spec) - (time.monotonic() - t0))
         try:
             self._record(spec, fut.result(timeout=left), None, False, 0)
@@ -671,7 +680,7 @@ class Collector:
         done: list[ProbeOutput] = []
         for phase in self._phases(names):
 
-            async def one(spec: ProbeSpec) -> ProbeOutput:
+            async def one(spec: ProbeSpec[object]) -> ProbeOutput:
                 t0 = time.monotonic()
                 fut, _ = self._lane(spec.name).submit(self._body, spec, dict(self.outputs), quick)
                 try:
@@ -682,7 +691,7 @@ class Collector:
                 except Exception as e:
                     return self._record(spec, None, f"{type(e).__name__}: {e}", False, time.monotonic() - t0)
 
-            async def in_turn(specs: list[ProbeSpec]) -> list[ProbeOutput]:
+            async def in_turn(specs: list[ProbeSpec[object]]) -> list[ProbeOutput]:
                 turn = self._turn(specs, quick)
                 if turn is None:
                     return [await one(s) for s in specs]
@@ -718,6 +727,11 @@ class Collector:
         content = self._assembled.get(_content_key(outputs), lambda: assemble(outputs, str(h.root), when, host_mode=h.mode, host_mode_reason=h.mode_reason))
         probes = tuple(outputs[p.name].status for p in PROBES if p.name in outputs)
         return content.model_copy(update={"taken_at": when, "probes": probes})
+
+    def snapshot_job(self) -> Callable[[], NodeSnapshot]:
+        """``snapshot`` over a private copy of the outputs, to call in a worker thread while
+        the probes go on recording theirs."""
+        return replace(self, outputs=dict(self.outputs)).snapshot
 
     def steady_snapshot(self, taken_at: float | None = None) -> NodeSnapshot | None:
         """``snapshot()`` when its content would be the last assembly's (cheap: no probe's

@@ -16,10 +16,12 @@ The service itself (schedules, publishing, reload, watchdog) is
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.base.openssl_gate import without_tls
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.host.fs import HostRoot
@@ -38,13 +40,13 @@ async def run_daemon(
     config_path: Path | None,
     host: HostRoot,
     ready_message: bool = True,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, JsonValue] | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT. ``ready_message`` prints where to curl on stdout once
     listening; ``overrides`` (CLI flags) are applied again on every SIGHUP reload."""
     from agentd.daemon.daemon import Daemon
 
-    daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides)
+    daemon = Daemon(config, host=host, config_path=config_path, overrides=overrides, persist_history=True)
 
     def announce(addresses: list[tuple[str, int]]) -> None:
         if not ready_message:
@@ -60,13 +62,13 @@ async def run_daemon(
 def _simulated_root(profile: str, sim_dir: Path | None, faults: list[str]) -> Path:
     import tempfile
 
-    from agentd import sim  # only `agentd run --simulate`: the simulator stays out of the daemon (~0.8 MiB)
+    from agentd import sim  # only `agentd run --simulate`: the simulator stays out of the daemon's RSS (docs/performance.md)
 
     out = sim_dir if sim_dir is not None else Path(tempfile.mkdtemp(prefix="agentd-sim-"))
     return Path(sim.build_tree(profile, out, faults=faults))
 
 
-def _not_the_node(config: AgentConfig, host: HostRoot, overrides: dict[str, Any], config_path: Path | None) -> AgentConfig:
+def _not_the_node(config: AgentConfig, host: HostRoot, overrides: JsonObject, config_path: Path | None) -> AgentConfig:
     """A root that is not the node keeps its state beside it, whatever the config says
     (DESIGN.md 3, docs/node-state.md): every ``paths.*`` moves into ``<root>-out/``. The
     move is a command-line override, so a reload (SIGHUP) keeps it."""
@@ -75,8 +77,8 @@ def _not_the_node(config: AgentConfig, host: HostRoot, overrides: dict[str, Any]
     return load_config(config_path, overrides=overrides)
 
 
-def main_run(args: Any) -> int:
-    overrides: dict[str, Any] = {}
+def main_run(args: argparse.Namespace) -> int:
+    overrides: JsonObject = {}
     if getattr(args, "listen", None):
         overrides["listen"] = args.listen
     if getattr(args, "host_root", None) is not None:

@@ -17,10 +17,11 @@ import os
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import bcrypt
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from agentd.daemon.webconfig import WebConfig, ssl_context
 
@@ -34,8 +35,6 @@ AUTH_MAX_PENDING = 32  # bcrypt verifications queued at once; more answer 429
 # One worker thread for every BasicAuth: a reload builds a new one (fresh cache) and must
 # not leave a thread behind each time.
 _BCRYPT_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-bcrypt")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 def parse_basic_authorization(header: str | None) -> tuple[str, bytes] | None:
@@ -70,11 +69,13 @@ class BasicAuth:
     def _check(self, password: bytes, stored: bytes | None) -> bool:
         """Runs in the single worker thread. Unknown users are checked against a dummy hash
         of the same cost, so the answer takes as long as for a known user."""
-        if stored is None and self._dummy is None:
-            self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(self._cost))
+        if stored is None:
+            if self._dummy is None:
+                self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(self._cost))
+            stored = self._dummy
         self.bcrypt_calls += 1
         try:
-            return bcrypt.checkpw(password, stored or self._dummy)  # type: ignore[arg-type]
+            return bcrypt.checkpw(password, stored)
         except ValueError:  # > 72 bytes: refused, as Go's bcrypt does
             return False
 
@@ -166,7 +167,7 @@ def _rate_limit_middleware(interval_s: float, burst: int, clock: Callable[[], fl
     return rate_limit
 
 
-def _san_values(peercert: dict[str, Any] | None) -> list[str]:
+def _san_values(peercert: dict[str, Any] | None) -> list[str]:  # Any: ssl's getpeercert() dict, nested tuples by key
     return [str(v) for kind, v in (peercert or {}).get("subjectAltName", ()) if kind in ("DNS", "IP Address", "email", "URI")]
 
 

@@ -13,9 +13,10 @@ import asyncio
 import functools
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from agentd.config import AgentConfig
+from agentd.daemon.logging import Log
 from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
 from agentd.model import Finding
@@ -32,7 +33,7 @@ class BenchHost(Protocol):
     @property
     def state(self) -> State: ...
     @property
-    def log(self) -> Any: ...
+    def log(self) -> Log: ...
     def trigger_full(self) -> None: ...
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import resource
-from typing import Any, Callable
+from typing import Callable, cast
 
 from agentd.config import AgentConfig
 from agentd.host.fs import MAX_OPEN_DIRS, SWEEP_AT
@@ -108,7 +108,7 @@ class _Tracked(asyncio.Protocol):
 
     def __init__(self, inner: asyncio.Protocol, limiter: ConnectionLimiter):
         self.inner, self.limiter, self.admitted = inner, limiter, False
-        self.transport: Any = None
+        self.transport: asyncio.Transport  # set by connection_made, before the limiter holds it
         self.opened = self.progress = 0.0
         self.partial_since: float | None = None  # headers of a request not complete yet
         self.tail = b""  # last bytes received, to find a blank line split across reads
@@ -135,8 +135,8 @@ class _Tracked(asyncio.Protocol):
         self.queued = queued
         return self.stall_since is not None and now - self.stall_since >= write_timeout_s
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's: socket or TLS, both Transports
         self.opened = self.progress = asyncio.get_running_loop().time()
         self.partial_since = self.opened  # the header timeout counts from the connect
         self.admitted = self.limiter._admit(self)

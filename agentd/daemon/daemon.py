@@ -13,44 +13,43 @@ coalesced over ``intervals.link_event_debounce_s``. HTTP handlers only read ``Da
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import signal
 import time
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
-from agentd.base.atomic import WriteResult
+from agentd.base.jsontypes import JsonValue
 from agentd.base.memo import LazyMapping
 from agentd.collection.collector import PROBE_TIERS, Collector
 from agentd.collection.history import History
 from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.daemon.bench_schedule import BenchScheduler
 from agentd.daemon.connections import ServerLimits
-from agentd.daemon.events import Coalescer, UdevWatcher
+from agentd.daemon.events import Coalescer, UdevMonitor, UdevWatcher
 from agentd.daemon.health import status_line
 from agentd.daemon.http import HttpServer, build_app, web_options
-from agentd.daemon.logging import configure_logging, get_logger, log_state_changes
-from agentd.daemon.netlink import LinkWatcher
+from agentd.daemon.keepers import CursorKeeper, HistoryKeeper, MaintenanceFollower
+from agentd.daemon.logging import Log, configure_logging, get_logger, log_state_changes
+from agentd.daemon.netlink import LinkWatcher, NetlinkSocket
 from agentd.daemon.publisher import Context, Publisher
 from agentd.daemon.state import State
 from agentd.daemon.systemd import Notifier, Watchdog
 from agentd.host.fs import HostRoot
-from agentd.host.runner import Lane, await_future
-from agentd.judging.baseline import NodeIdentity
-from agentd.judging.judge import node_identity
-from agentd.judging.lifecycle import Tracks
+from agentd.host.kernel_log import KernelLogSource
 from agentd.metrics.agent import process_stats
-from agentd.model import KernelLog, NodeSnapshot
-from agentd.outputs.evaluate import Evaluation, evaluate
-from agentd.outputs.history_store import LoadedHistory, history_path, load_history, node_now, save_history
-from agentd.outputs.kernel_cursor import cursor_path, load_cursor, save_cursor
-from agentd.outputs.maintenance import Maintenance, maintenance_path, read_maintenance
+from agentd.model import NodeSnapshot
+from agentd.outputs.evaluate import EvaluateFn, evaluate
 from agentd.outputs.writer import Writer
 from agentd.records import ReloadStatus, TierRun
 
 TIERS = ("fast", "medium", "slow")
-_UNSET: Any = object()
+
+
+class _FromEnv:
+    """The watchdog's default: systemd's, from the environment (``Watchdog.from_env``)."""
+
+
+FROM_ENV = _FromEnv()
 
 
 class CollectorLike(Protocol):
@@ -58,19 +57,25 @@ class CollectorLike(Protocol):
 
     async def run(self, names: Iterable[str], *, quick: bool = False) -> object: ...
 
-    def snapshot(self) -> NodeSnapshot: ...
+    def snapshot_job(self) -> Callable[[], NodeSnapshot]:
+        """A ``snapshot()`` safe to call in a worker thread while probes go on recording."""
+        ...
+
+    def steady_snapshot(self) -> NodeSnapshot | None:
+        """The snapshot when its content is the last assembly's (cheap, on the loop), else None."""
+        ...
 
     def with_config(self, config: AgentConfig) -> CollectorLike: ...
+
+    @property
+    def kernel_source(self) -> KernelLogSource | None:
+        """The kernel log's reader, whose cursor the daemon keeps (None: no kernel log)."""
+        ...
 
 
 def _settle(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _newest(log: KernelLog) -> tuple[int, int | None]:
-    """What tells whether a kernel log's events changed, without comparing them all."""
-    return len(log.events), log.events[-1].seq if log.events else None
 
 
 class Daemon:
@@ -80,21 +85,21 @@ class Daemon:
         *,
         host: HostRoot,
         config_path: Path | None = None,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, JsonValue] | None = None,
         collector: CollectorLike | None = None,
         probe_tiers: Mapping[str, str] | None = None,
-        evaluate: Callable[..., Evaluation] = evaluate,
+        evaluate: EvaluateFn = evaluate,
         writer: Writer | None = None,
         notifier: Notifier | None = None,
-        watchdog: Watchdog | None = _UNSET,
-        udev_opener: Callable[[], Any] | None = None,
-        link_opener: Callable[[], Any] | None = None,
-        log: Any = None,
+        watchdog: Watchdog | None | _FromEnv = FROM_ENV,
+        udev_opener: Callable[[], UdevMonitor] | None = None,
+        link_opener: Callable[[], NetlinkSocket] | None = None,
+        log: Log | None = None,
+        persist_history: bool = False,
     ):
-        # The history's state file is the node's collections': a daemon given another
-        # collector (the tests' fakes) neither reads nor writes it (paths.state_dir would
-        # be the real one).
-        self.persist_history = collector is None
+        """``persist_history``: keep the history and the findings' lifecycles in
+        ``paths.state_dir`` across restarts (``agentd run``; a daemon fed by another
+        collector, a test's, must not write the node's state directory)."""
         if collector is None:
             collector = Collector(host, config)
             probe_tiers = PROBE_TIERS
@@ -102,10 +107,10 @@ class Daemon:
         self.overrides = dict(overrides or {})
         self.collector = collector
         self.probe_tiers = dict(probe_tiers or {})
-        self.publisher = Publisher(evaluate=evaluate, writer=writer, log=log or get_logger())
-        self.notifier = notifier or Notifier()
-        self.watchdog = Watchdog.from_env() if watchdog is _UNSET else watchdog
         self.log = log or get_logger()
+        self.publisher = Publisher(evaluate=evaluate, writer=writer, log=self.log)
+        self.notifier = notifier or Notifier()
+        self.watchdog = Watchdog.from_env() if isinstance(watchdog, _FromEnv) else watchdog
         self.udev = UdevWatcher(debounce_s=config.intervals.event_debounce_s, trigger=self.trigger_full, log=self.log,
                                 **({"opener": udev_opener} if udev_opener else {}))
         self.links = LinkWatcher(trigger=lambda: self.trigger_tier("fast"), snapshot=lambda: self._state.snapshot, log=self.log,
@@ -129,20 +134,12 @@ class Daemon:
         self._wake: dict[str, asyncio.Event] = {}
         self._naps: dict[str, asyncio.Future[None]] = {}  # a tier loop's sleep, cut short by a reload
         self._event_task: asyncio.Task[None] | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Task[object]] = []
         self.addresses: list[tuple[str, int]] = []
         self.server: HttpServer | None = None
-        self._cursor_lane = Lane("kernel-cursor")
-        self._maintenance_lane = Lane("maintenance")
-        self._maintenance: Maintenance | None = None
-        self._maintenance_ended_at: float | None = None
-        self._maintenance_error: str | None = None
-        self._cursor_saved: tuple[KernelLog | None, float] = (None, 0.0)
-        self._cursor_error: str | None = None
-        self._history_lane = Lane("history")
-        self._history_saved: tuple[Any, float] = (None, 0.0)  # the newest entry's mark, when (monotonic)
-        self._history_error: str | None = None
-        self._history_boot: str | None = None  # the boot id read at start (a snapshot without the kernel log has none)
+        self.maintenance = MaintenanceFollower(self.log)
+        self.cursor = CursorKeeper(self.log, collector.kernel_source)
+        self.history_file = HistoryKeeper(self.log, self.history, self.publisher, host) if persist_history else None
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -173,15 +170,6 @@ class Daemon:
             return [n for n, t in self.probe_tiers.items() if t == tier]
         return list(self.probe_tiers)
 
-    def _snapshot_job(self) -> Callable[[], NodeSnapshot]:
-        """A snapshot() callable safe to run in a worker thread (a private copy of outputs)."""
-        c = self.collector
-        outputs = getattr(c, "outputs", None)
-        if dataclasses.is_dataclass(c) and not isinstance(c, type) and isinstance(outputs, dict):
-            private: CollectorLike = dataclasses.replace(c, outputs=dict(outputs))
-            return private.snapshot
-        return c.snapshot
-
     async def collect(self, tier: str, *, quick: bool = False) -> None:
         """Run one tier's probes ("all"/"event": every probe) and publish a new State.
         ``quick``: a scheduled cycle, whose probes may check only their signals
@@ -194,12 +182,11 @@ class Daemon:
         assert self._publish_lock is not None
         async with self._publish_lock:
             cfg = self.config
-            await self._follow_maintenance(cfg, tier, began)
-            held = self._maintenance is not None or self._maintenance_ended_at is not None
-            steady = getattr(self.collector, "steady_snapshot", None)
-            snap, ev = await self.publisher.judge(self._snapshot_job(), self.history, cfg, steady)
+            m = self.maintenance
+            await m.follow(cfg, tier, began)
+            snap, ev = await self.publisher.judge(self.collector.snapshot_job(), self.history, cfg, self.collector.steady_snapshot)
             limits = self.stale_limits(cfg)
-            files = await self.publisher.write(ev, snap, cfg, limits, maintenance=held)
+            files = await self.publisher.write(ev, snap, cfg, limits, maintenance=m.held)
             self._tier_runs[tier] = TierRun(tier, time.monotonic() - t0, time.time(), time.process_time() - cpu0)
             ctx = Context(
                 config=cfg, started_at=self.started_at, seq=self._state.seq + 1, stale_limits=limits,
@@ -207,14 +194,15 @@ class Daemon:
                 reload=self._reload_status, udev_events=dict(self.udev.counts), udev_active=self.udev.active,
                 process=LazyMapping(process_stats), bench=self.bench.outcome, bench_findings=self.bench.findings(),
                 link_events=dict(self.links.counts), link_active=self.links.active,
-                maintenance=self._maintenance, maintenance_ended_at=self._maintenance_ended_at,
+                maintenance=m.now, maintenance_ended_at=m.ended_at,
             )  # fmt: skip
             state = await self.publisher.build(snap, ev, files, ctx)
             old, self._state = self._state, state
             self._last_cycle_mono = time.monotonic()
-        self._save_kernel_cursor(snap.kernel)
-        self._save_history(snap)
-        if self._maintenance_ended_at is not None:
+        self.cursor.save(self.config, snap.kernel)
+        if self.history_file is not None:
+            self.history_file.save(self.config, snap)
+        if self.maintenance.ended_at is not None:
             self.trigger_full()  # the fresh collection that ends it (ignored while one runs)
         log_state_changes(self.log, old, state)
         line = status_line(state)
@@ -284,8 +272,8 @@ class Daemon:
 
     # -- heartbeat, watchdog, reload ---------------------------------------------------
     # How often the loop stamps its heartbeat when no watchdog asks for more: /livez calls
-    # the loop dead past 5 s. Each wake of an idle daemon costs ~0.2 ms of CPU (cold
-    # caches), so a beat every 0.5 s was a tenth of the idle daemon's CPU.
+    # the loop dead past 5 s. Every wake of an idle daemon costs CPU (cold caches), so it
+    # wakes as seldom as that allows (docs/performance.md, "Few wakes").
     HEARTBEAT_S = 2.0
 
     def _beat(self) -> None:
@@ -376,218 +364,15 @@ class Daemon:
         self._tasks.append(task)  # keep a reference until it is done (and cancel it on stop)
         task.add_done_callback(self._forget_task)
 
-    def _forget_task(self, task: asyncio.Task[Any]) -> None:
+    def _forget_task(self, task: asyncio.Task[object]) -> None:
         if task in self._tasks:
             self._tasks.remove(task)
 
-    # -- maintenance (agentd.outputs.maintenance) ----------------------------------------
-    async def _follow_maintenance(self, config: AgentConfig, tier: str, began: float | None) -> None:
-        """Read the maintenance file (its lane, with a timeout; a hung read keeps what was
-        known). When it goes away, the node stays in maintenance until a full collection
-        that began after that is published: nothing measured during the work is trusted."""
-        path = maintenance_path(config.paths.state_dir)
-        fut, _ = self._maintenance_lane.submit(read_maintenance, path)
-        try:
-            now = await await_future(fut, config.timeouts.probe_s)
-            error = None
-        except Exception as e:
-            now, error = self._maintenance, f"{type(e).__name__}: {e}"
-        if error != self._maintenance_error:
-            if error is not None:
-                self.log.error("maintenance.read_failed", path=str(path), error=error, effect="the maintenance state last read stands")
-            self._maintenance_error = error
-        was = self._maintenance
-        if now is not None and was is None:
-            self.log.warning("maintenance.on", path=str(path), reason=now.reason, since=now.since, by=now.by,
-                             effect="/health answers 200 maintenance; NCCL files are kept as they are")
-            self._maintenance_ended_at = None
-        elif now is None and was is not None:
-            self._maintenance_ended_at = time.time()
-            self.log.info("maintenance.off", path=str(path), effect="health is judged again after a full fresh collection")
-        elif now is not None and was is not None and now != was:
-            self.log.info("maintenance.changed", reason=now.reason, since=now.since, by=now.by)
-        self._maintenance = now
-        ended = self._maintenance_ended_at
-        if ended is not None and now is None and tier in ("all", "event") and began is not None and began >= ended:
-            self._maintenance_ended_at = None
-            self.log.info("maintenance.ended", tier=tier, effect="this full collection judges the node again")
-
-    # -- the kernel log's cursor (agentd.outputs.kernel_cursor) --------------------------
-    CURSOR_EVERY_S = 60.0  # the cursor follows new records at most this often (new events at once)
-
-    async def _load_kernel_cursor(self) -> None:
-        """Hand the previous run's cursor to the kernel log reader before its first poll
-        (read in a lane with a timeout: no file I/O on the event loop)."""
-        source = getattr(self.collector, "kernel_source", None)
-        if source is None:
-            return
-        path = cursor_path(self.config.paths.state_dir)
-        fut, _ = self._cursor_lane.submit(load_cursor, path)
-        try:
-            cursor = await await_future(fut, self.config.timeouts.probe_s)
-        except Exception as e:
-            self.log.warning("kernel_cursor.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="the kernel log is read from its start")
-            return
-        if cursor is not None:
-            source.resume(cursor)
-            self.log.info("kernel_cursor.loaded", path=str(path), seq=cursor.get("seq"))
-
-    def _save_kernel_cursor(self, log: KernelLog) -> None:
-        """Persist where the kernel log reader is: at once when its events changed, else
-        at most every CURSOR_EVERY_S. Fire and forget in its lane (a hung write skips)."""
-        if not log.available or log.last_seq is None or getattr(self.collector, "kernel_source", None) is None:
-            return
-        prev, at = self._cursor_saved
-        now = time.monotonic()
-        if prev is not None and (prev is log or prev.last_seq == log.last_seq):
-            return
-        if prev is not None and _newest(prev) == _newest(log) and now - at < self.CURSOR_EVERY_S:
-            return
-        path = cursor_path(self.config.paths.state_dir)
-        fut, started = self._cursor_lane.submit(save_cursor, path, log)
-        if started:
-            self._cursor_saved = (log, now)
-            fut.add_done_callback(lambda f: self._cursor_written(f, path))
-
-    def _cursor_written(self, fut: Future[WriteResult | None], path: Path) -> None:
-        """Say once when the cursor cannot be written (a restart would then count the
-        records it holds again), and once when it can again."""
-        try:
-            result = fut.result()
-            error = result.error if result is not None else None
-        except Exception as e:
-            error = f"{type(e).__name__}: {e}"
-        if error != self._cursor_error:
-            if error is not None:
-                self.log.error("kernel_cursor.write_failed", path=str(path), error=error, effect="after a restart the kernel log records since the last good write are counted again")
-            else:
-                self.log.info("kernel_cursor.written", path=str(path))
-            self._cursor_error = error
-
-    # -- the history's state file (agentd.outputs.history_store) -------------------------
-    async def _load_history(self) -> None:
-        """Seed the history with the previous run's before the first collection, so a
-        restart neither forgets a flapping port nor counts its flaps again (read in a lane
-        with a timeout: no file I/O on the event loop)."""
-        if not self.persist_history:
-            return
-        path = history_path(self.config.paths.state_dir)
-
-        def job() -> LoadedHistory:
-            node, self._history_boot = node_now(self.host, str(self.config.host_root))
-            return load_history(path, node=node, boot_id=self._history_boot)
-
-        fut, _ = self._history_lane.submit(job)
-        try:
-            loaded = await await_future(fut, self.config.timeouts.probe_s)
-        except Exception as e:
-            self.log.warning("history.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="rates and flaps start from this run's collections")
-            return
-        if loaded.status == "loaded":
-            n = await asyncio.to_thread(self.history.seed, loaded.snapshots)  # no collection runs yet
-            self._restore_lifecycle(loaded.lifecycle)
-            self.log.info("history.loaded", path=str(path), entries=n, lifecycle=len(loaded.lifecycle))
-        elif loaded.status == "set_aside":
-            self.log.warning("history.set_aside", path=str(path), note=loaded.note, moved_to=str(loaded.set_aside_to), effect="rates and flaps start from this run's collections")
-        elif loaded.status == "new_boot":
-            self.log.info("history.new_boot", path=str(path), note=loaded.note)
-        elif loaded.note:
-            self.log.warning("history.read_failed", path=str(path), error=loaded.note, effect="rates and flaps start from this run's collections")
-
-    # the lifecycle's tracks by scope: the checks' findings (the evaluator's), and those
-    # added at build (file writes, the benchmark)
-    def _lifecycle_export(self) -> list[dict[str, Any]]:
-        """The findings' lifecycles to persist beside the history (JSON objects): every
-        episode's since, sticky window and pending count (agentd.judging.lifecycle)."""
-        p = self.publisher
-        return [{**item, "scope": scope} for scope, tracks in (("checks", p.evaluator.tracks), ("outputs", p.extra_tracks))
-                for item in tracks.to_json()]
-
-    def _restore_lifecycle(self, items: list[dict[str, Any]]) -> None:
-        by_scope: dict[str, list[dict[str, Any]]] = {"checks": [], "outputs": []}
-        for item in items:
-            scope = item.get("scope") if isinstance(item, dict) else None
-            if isinstance(scope, str) and scope in by_scope:
-                by_scope[scope].append(item)
-        self.publisher.evaluator.tracks = Tracks.from_json(by_scope["checks"])
-        self.publisher.extra_tracks = Tracks.from_json(by_scope["outputs"])
-
-    def _lifecycle_mark(self) -> Any:
-        """What changes when an episode starts, counts or ends (not every sighting)."""
-        p = self.publisher
-        return tuple((k, t.since, t.raised) for tracks in (p.evaluator.tracks, p.extra_tracks) for k, t in tracks.by_key.items())
-
-    HISTORY_EVERY_S = 300.0  # the history file follows counters at most this often (flaps and episodes at once)
-
-    def _save_history(self, snap: NodeSnapshot, *, final: bool = False) -> Future[WriteResult] | None:
-        """Persist the history and the findings' lifecycles: at once when a link changed
-        state or a port's link_downed rose (a flap must not be lost to a crash) or an
-        episode started, counted or ended, else at most every HISTORY_EVERY_S (the file is
-        a few hundred KB: rewriting it every medium interval would cost more than the
-        collections it serves); ``final``: at stop. Fire and forget in its lane (a hung
-        write skips; the next publish tries again)."""
-        if not self.persist_history:
-            return None
-        mark = (self.history.newest_mark(), self._lifecycle_mark())
-        prev, at = self._history_saved
-        now = time.monotonic()
-        if not final and mark == prev and now - at < max(self.config.intervals.medium_s, self.HISTORY_EVERY_S):
-            return None
-        cfg, path = self.config, history_path(self.config.paths.state_dir)
-        node: NodeIdentity = node_identity(snap, cfg)
-        boot = snap.kernel.boot_id or self._history_boot
-        lifecycle, history, taken = self._lifecycle_export(), self.history, snap.taken_at
-
-        def job() -> WriteResult:
-            entries = history.export(taken, flap_window_s=cfg.thresholds.flap_window_s, rate_window_s=cfg.thresholds.rate_window_s)
-            return save_history(path, node=node, boot_id=boot, snapshots=entries, lifecycle=lifecycle)
-
-        fut, started = self._history_lane.submit(job)
-        if not started:
-            return None
-        self._history_saved = (mark, now)
-        fut.add_done_callback(lambda f: self._history_written(f, path))
-        return fut
-
-    def _history_written(self, fut: Future[WriteResult], path: Path) -> None:
-        """Say once when the history cannot be written (a restart would forget the flaps
-        since the last good write), and once when it can again."""
-        try:
-            error = fut.result().error
-        except Exception as e:
-            error = f"{type(e).__name__}: {e}"
-        if error != self._history_error:
-            if error is not None:
-                self.log.error("history.write_failed", path=str(path), error=error, effect="after a restart, rates and flaps since the last good write are forgotten")
-            elif self._history_error is not None:
-                self.log.info("history.written", path=str(path))
-            self._history_error = error
-
-    async def _save_history_at_stop(self) -> None:
-        """One last save before exit, waited for at most ~1 s (a hung filesystem never
-        holds SIGTERM up)."""
-        snap = self._state.snapshot if self._state.ready else None
-        if snap is None or not len(self.history):
-            return
-        deadline = time.monotonic() + 1.0
-        fut = self._save_history(snap, final=True)
-        if fut is None:  # a save is in flight: let it finish, then write the newest
-            inflight, _ = self._history_lane.submit(lambda: None)
-            try:
-                await await_future(inflight, max(0.0, deadline - time.monotonic()))
-            except Exception:
-                return
-            fut = self._save_history(snap, final=True)
-        if fut is not None:
-            try:
-                await await_future(fut, max(0.0, deadline - time.monotonic()))
-            except Exception:
-                self.log.warning("history.stop_save_unfinished", path=str(history_path(self.config.paths.state_dir)))
-
     async def _startup(self) -> None:
         await self._load_baseline(self.config)
-        await self._load_kernel_cursor()
-        await self._load_history()
+        await self.cursor.load(self.config)
+        if self.history_file is not None:
+            await self.history_file.load(self.config)
         await self._guarded("all")
         for tier in TIERS:
             self._tasks.append(asyncio.create_task(self._tier_loop(tier), name=f"agentd-{tier}"))
@@ -637,7 +422,8 @@ class Daemon:
             for t in tasks:
                 t.cancel()
             await asyncio.wait(tasks, timeout=1.0)
-            await self._save_history_at_stop()
+            if self.history_file is not None:
+                await self.history_file.save_at_stop(self.config, self._state.snapshot if self._state.ready else None)
             await server.close()
             self.server = None
             self.notifier.close()

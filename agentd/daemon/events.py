@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
+
+from agentd.daemon.logging import Log
 
 SUBSYSTEMS = ("infiniband", "net", "pci", "module")
 TRIGGER_ACTIONS = frozenset({"add", "remove", "change", "move", "bind", "unbind", "online", "offline"})
@@ -93,7 +95,16 @@ class Coalescer:
         return [task]
 
 
-def open_udev_monitor() -> Any:
+class UdevMonitor(Protocol):
+    """What the watcher uses of a started pyudev.Monitor (pyudev has no type hints); a
+    polled device is read with getattr and defaults."""
+
+    def fileno(self) -> int: ...
+
+    def poll(self, timeout: float | None = None) -> object | None: ...
+
+
+def open_udev_monitor() -> UdevMonitor:
     """A started pyudev monitor on SUBSYSTEMS. Raises on failure (caller logs it)."""
     import pyudev
 
@@ -105,7 +116,8 @@ def open_udev_monitor() -> Any:
     for subsystem in SUBSYSTEMS:
         monitor.filter_by(subsystem)
     monitor.start()
-    return monitor
+    started: UdevMonitor = monitor
+    return started
 
 
 class UdevWatcher:
@@ -114,14 +126,14 @@ class UdevWatcher:
         *,
         debounce_s: float,
         trigger: Callable[[], None],
-        log: Any,
-        opener: Callable[[], Any] = open_udev_monitor,
+        log: Log,
+        opener: Callable[[], UdevMonitor] = open_udev_monitor,
     ):
         self.debounce_s = debounce_s
         self._trigger = trigger
         self._log = log
         self._opener = opener
-        self._monitor: Any = None
+        self._monitor: UdevMonitor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._debouncer: Debouncer | None = None
         self.counts: dict[tuple[str, str], int] = {}

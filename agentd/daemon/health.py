@@ -11,9 +11,9 @@ started after it was published."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from agentd.base.escape import json_text, printable
+from agentd.base.jsontypes import JsonObject
 from agentd.daemon.state import HealthStatus, State
 from agentd.judging.findings import finding_line, utc_text
 from agentd.judging.staleness import with_staleness
@@ -54,13 +54,13 @@ def health(state: State, now: float) -> Health:
     return Health(status, 503 if status == "critical" else 200, findings, stale, state.generated_at, measured=status)
 
 
-def finding_dict(f: Finding) -> dict[str, Any]:
+def finding_dict(f: Finding) -> JsonObject:
     return f.model_dump(exclude_none=True)
 
 
 def health_json(state: State, h: Health) -> bytes:
     snap = state.snapshot
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "status": h.status,
         "ready": state.ready,
         "generated_at": h.generated_at,

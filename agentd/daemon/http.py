@@ -14,7 +14,7 @@ import asyncio
 import os
 import socket
 import time
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 
 from aiohttp import web
 
@@ -24,6 +24,11 @@ from agentd.config import AgentConfig
 from agentd.daemon.connections import ConnectionLimiter, ServerLimits
 from agentd.daemon.health import checks_json, health, health_json, health_text
 from agentd.daemon.state import State
+
+if TYPE_CHECKING:  # types only: ssl is imported when a web config serves TLS (agentd.base.openssl_gate)
+    import ssl
+
+    from aiohttp.typedefs import Middleware
 
 JSON = "application/json"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -61,7 +66,7 @@ LANDING = """<!doctype html><html><head><meta charset="utf-8"><title>agentd</tit
 """
 
 
-def build_app(source: StateSource, *, clock: Callable[[], float] = time.monotonic, middlewares: Sequence[Any] = ()) -> web.Application:
+def build_app(source: StateSource, *, clock: Callable[[], float] = time.monotonic, middlewares: Sequence[Middleware] = ()) -> web.Application:
     """The app; ``middlewares`` (TLS client SAN, basic auth, headers, rate limit from the
     web config file) run before everything else."""
 
@@ -138,7 +143,8 @@ class _LimitedSite(web.TCPSite):
     """TCPSite whose protocol factory goes through a ConnectionLimiter; with ``socks`` it
     serves already-listening sockets (a reload) instead of binding."""
 
-    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), handshake_timeout_s: float = 10.0, **kwargs: Any):
+    def __init__(self, *args: Any, limiter: ConnectionLimiter, socks: Sequence[socket.socket] = (), handshake_timeout_s: float = 10.0,  # Any: TCPSite's
+                 **kwargs: Any):  # Any: TCPSite's own arguments, passed through as given
         super().__init__(*args, **kwargs)
         self.limiter, self.socks, self.handshake_timeout_s = limiter, list(socks), handshake_timeout_s
         self.servers: list[asyncio.Server] = []
@@ -149,15 +155,16 @@ class _LimitedSite(web.TCPSite):
         assert server is not None
         loop = asyncio.get_running_loop()
         factory = self.limiter.wrap(server)
-        tls: dict[str, Any] = {"ssl": self._ssl_context, "ssl_handshake_timeout": self.handshake_timeout_s} if self._ssl_context else {}
+        tls = self._ssl_context
+        handshake_s = self.handshake_timeout_s if tls is not None else None  # asyncio takes it with ssl only
         try:
             if self.socks:
                 for sock in self.socks:
-                    self.servers.append(await loop.create_server(factory, sock=sock, backlog=self._backlog, **tls))
+                    self.servers.append(await loop.create_server(factory, sock=sock, backlog=self._backlog, ssl=tls, ssl_handshake_timeout=handshake_s))
             else:
                 self.servers.append(await loop.create_server(
                     factory, self._host, self._port, backlog=self._backlog,
-                    reuse_address=self._reuse_address, reuse_port=self._reuse_port, **tls,
+                    reuse_address=self._reuse_address, reuse_port=self._reuse_port, ssl=tls, ssl_handshake_timeout=handshake_s,
                 ))  # fmt: skip
         except BaseException:
             for s in self.servers:
@@ -206,7 +213,7 @@ class HttpServer:
         return runner
 
     @classmethod
-    async def start(cls, app: web.Application, listen: str, limits: ServerLimits, *, ssl_context: Any = None) -> HttpServer:
+    async def start(cls, app: web.Application, listen: str, limits: ServerLimits, *, ssl_context: ssl.SSLContext | None = None) -> HttpServer:
         limiter = ConnectionLimiter(ConnectionLimiter.default_cap(), header_timeout_s=limits.header_timeout_s, write_timeout_s=limits.write_timeout_s)
         limiter.configure(limits)
         runner = await cls._runner(app, limits)
@@ -219,7 +226,7 @@ class HttpServer:
             raise
         return cls(runner, site, limiter, [a[:2] for a in runner.addresses])
 
-    async def replace(self, app: web.Application, limits: ServerLimits, *, ssl_context: Any = None) -> None:
+    async def replace(self, app: web.Application, limits: ServerLimits, *, ssl_context: ssl.SSLContext | None = None) -> None:
         """Serve ``app`` with ``ssl_context`` from now on. The new server accepts on
         duplicates of the listening sockets before the old one stops, so no connection
         attempt is refused; connections of the old app are closed (in-flight requests get
@@ -227,7 +234,7 @@ class HttpServer:
         async with self._replacing:
             await self._replace(app, limits, ssl_context)
 
-    async def _replace(self, app: web.Application, limits: ServerLimits, ssl_context: Any) -> None:
+    async def _replace(self, app: web.Application, limits: ServerLimits, ssl_context: ssl.SSLContext | None) -> None:
         socks = self.site.listening()
         try:
             runner = await self._runner(app, limits)
@@ -250,19 +257,19 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def start_server(app: web.Application, listen: str, limits: ServerLimits | int, *, ssl_context: Any = None) -> HttpServer:
+async def start_server(app: web.Application, listen: str, limits: ServerLimits | int, *, ssl_context: ssl.SSLContext | None = None) -> HttpServer:
     """Bind and start serving (``limits``: ServerLimits, or just max_request_bytes)."""
     if isinstance(limits, int):
         limits = ServerLimits(max_request_bytes=limits)
     return await HttpServer.start(app, listen, limits, ssl_context=ssl_context)
 
 
-def web_options(config: AgentConfig) -> tuple[list[Any], Any]:
+def web_options(config: AgentConfig) -> tuple[list[Middleware], ssl.SSLContext | None]:
     """(middlewares, ssl context) from ``web.config_file`` (exporter-toolkit format)."""
     if config.web.config_file is None:
         return [], None
-    # Imported only when a web config is set: YAML and bcrypt cost ~1.3 MiB of RSS that a
-    # daemon without one never uses.
+    # Imported only when a web config is set: YAML and bcrypt cost RSS that a daemon
+    # without one never uses (docs/performance.md, "Memory").
     from agentd.daemon.auth import web_app_options
     from agentd.daemon.webconfig import load_web_config
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Mapping, MutableMapping, Sequence, TextIO
+from typing import Literal, Protocol, Sequence, TextIO
 
 import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
 
 from agentd.base.escape import printable
 from agentd.daemon.state import State
@@ -22,7 +23,22 @@ from agentd.model import Finding
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def _printable_values(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+class Log(Protocol):
+    """What the daemon uses of a logger: one call per event, its fields as keywords
+    (structlog's bound logger from ``get_logger``; a recorder in the tests)."""
+
+    def debug(self, event: str, **fields: object) -> object: ...
+
+    def info(self, event: str, **fields: object) -> object: ...
+
+    def warning(self, event: str, **fields: object) -> object: ...
+
+    def error(self, event: str, **fields: object) -> object: ...
+
+    def exception(self, event: str, **fields: object) -> object: ...
+
+
+def _printable_values(_logger: WrappedLogger, _method: str, event: EventDict) -> EventDict:
     """A name that is not UTF-8 (a lone surrogate) logs as \\xNN, as in every other output."""
     return {k: printable(v) if isinstance(v, str) else v for k, v in event.items()}
 
@@ -32,7 +48,7 @@ def configure_logging(log_format: str = "auto", level: str = "info", stream: Tex
     fmt = log_format
     if fmt == "auto":
         fmt = "console" if out.isatty() else "json"
-    renderer: Any = structlog.processors.JSONRenderer(sort_keys=False) if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    renderer: Processor = structlog.processors.JSONRenderer(sort_keys=False) if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -48,13 +64,15 @@ def configure_logging(log_format: str = "auto", level: str = "info", stream: Tex
     )
 
 
-def get_logger(name: str = "agentd") -> Any:
-    return structlog.get_logger(name)
+def get_logger(name: str = "agentd") -> Log:
+    logger: Log = structlog.get_logger(name)
+    return logger
 
 
-Event = tuple[str, str, dict[str, Any]]  # (level, event name, fields)
+Level = Literal["debug", "info", "warning", "error"]
+Event = tuple[Level, str, dict[str, object]]  # (level, event name, fields)
 # ok-severity findings are facts (the GDR path in use, the nearest NIC): debug, not news.
-_LEVEL_OF = {"ok": "debug", "warning": "info", "critical": "warning"}
+_LEVEL_OF: dict[str, Level] = {"ok": "debug", "warning": "info", "critical": "warning"}
 
 
 def _stale(state: State) -> tuple[str, ...]:
@@ -71,7 +89,7 @@ def _finding_changes(old: Sequence[Finding], new: Sequence[Finding]) -> list[Eve
         prev = old_f.get(key)
         if prev is f:
             continue
-        level = _LEVEL_OF[f.severity] if f.withheld is None else "info" if f.severity != "ok" else "debug"
+        level: Level = _LEVEL_OF[f.severity] if f.withheld is None else "info" if f.severity != "ok" else "debug"
         if prev is None:
             events.append((level, "finding.raised", _fields(f)))
         elif prev.severity != f.severity:
@@ -87,8 +105,8 @@ def _finding_changes(old: Sequence[Finding], new: Sequence[Finding]) -> list[Eve
     return events
 
 
-def _fields(f: Finding) -> dict[str, Any]:
-    fields: dict[str, Any] = {"code": f.code, "subject": f.subject, "severity": f.severity, "message": f.message}
+def _fields(f: Finding) -> dict[str, object]:
+    fields: dict[str, object] = {"code": f.code, "subject": f.subject, "severity": f.severity, "message": f.message}
     if f.withheld is not None:  # shown, not counted (observe, pending, boot_grace)
         fields["withheld"] = f.withheld
     if f.since is not None:
@@ -102,7 +120,7 @@ def state_changes(old: State | None, new: State) -> list[Event]:
         events.append(("info", "agentd.ready", {"status": new.status}))
     old_status = old.status if old is not None and old.ready else None
     if new.ready and new.status != old_status:
-        level = "warning" if new.status == "critical" else "info"
+        level: Level = "warning" if new.status == "critical" else "info"
         events.append((level, "health.status_changed", {"old": old_status, "new": new.status}))
 
     if old is None or old.findings is not new.findings:  # a steady publish shares the very tuple
@@ -131,6 +149,7 @@ def state_changes(old: State | None, new: State) -> list[Event]:
     return events
 
 
-def log_state_changes(log: Any, old: State | None, new: State) -> None:
+def log_state_changes(log: Log, old: State | None, new: State) -> None:
     for level, event, fields in state_changes(old, new):
-        getattr(log, level)(event, **fields)
+        emit = {"debug": log.debug, "info": log.info, "warning": log.warning, "error": log.error}[level]
+        emit(event, **fields)

@@ -37,8 +37,9 @@ import os
 import socket
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterator
+from typing import Callable, Collection, Iterator, Protocol
 
+from agentd.daemon.logging import Log
 from agentd.host.dcb import NETLINK_ROUTE, iter_attrs, iter_messages
 from agentd.model import NodeSnapshot
 
@@ -106,6 +107,16 @@ def watched_netdevs(snapshot: NodeSnapshot | None) -> frozenset[str] | None:
     return frozenset(names) or None
 
 
+class NetlinkSocket(Protocol):
+    """What the watcher uses of its socket (``open_rtnetlink``'s, or a test's)."""
+
+    def fileno(self) -> int: ...
+
+    def recv(self, bufsize: int, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 def open_rtnetlink() -> socket.socket:
     """A non-blocking NETLINK_ROUTE socket on RTMGRP_LINK. Raises OSError (caller logs it)."""
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
@@ -132,14 +143,14 @@ class LinkWatcher:
         *,
         trigger: Callable[[], None],
         snapshot: Callable[[], NodeSnapshot | None],
-        log: Any,
-        opener: Callable[[], Any] = open_rtnetlink,
+        log: Log,
+        opener: Callable[[], NetlinkSocket] = open_rtnetlink,
     ):
         self._trigger = trigger
         self._snapshot = snapshot
         self._log = log
         self._opener = opener
-        self._sock: Any = None
+        self._sock: NetlinkSocket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last: dict[int, LinkState] = {}
         self.counts: dict[str, int] = {}
@@ -166,10 +177,10 @@ class LinkWatcher:
     def _count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
 
-    def _datagrams(self) -> Iterator[bytes]:
+    def _datagrams(self, sock: NetlinkSocket) -> Iterator[bytes]:
         for _ in range(MAX_DATAGRAMS_PER_WAKEUP):  # bounded drain; the reader fires again if more is queued
             try:
-                data = self._sock.recv(RECV_BYTES)
+                data = sock.recv(RECV_BYTES)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # ENOBUFS: notifications were lost; what changed is unknown
@@ -183,12 +194,13 @@ class LinkWatcher:
             yield data
 
     def _readable(self) -> None:
-        if self._sock is None:
+        sock = self._sock
+        if sock is None:
             return
         fire = False
         snap = self._snapshot()
         watched = watched_netdevs(snap)
-        for data in self._datagrams():
+        for data in self._datagrams(sock):
             if not data:  # overrun: collect to be sure
                 fire = True
                 continue

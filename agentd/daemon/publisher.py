@@ -11,25 +11,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Hashable, Mapping
 
+from agentd.base.jsontypes import JsonObject
 from agentd.base.memo import same_objects
 from agentd.collection.history import History, share
 from agentd.config import AgentConfig
 from agentd.daemon.exposition import REGISTRY
+from agentd.daemon.keepers import Keeper, StillReading
+from agentd.daemon.logging import Log
 from agentd.daemon.state import State
 from agentd.host.runner import Lane, await_future
 from agentd.judging.baseline import Baseline
 from agentd.judging.lifecycle import Tracks, advance
 from agentd.judging.outputs import output_findings
 from agentd.judging.staleness import stale_probe_names, with_staleness
-from agentd.model import Finding, NodeSnapshot, sort_findings
+from agentd.model import CONTENT_FIELDS, Finding, HistoryEntry, NodeSnapshot, sort_findings
 from agentd.nccl.topo import topology_hash
+from agentd.ncclbench.job import BenchOutcome
 from agentd.outputs.baseline_store import BaselineError, load_baseline
-from agentd.outputs.evaluate import Evaluation, Evaluator, evaluate
+from agentd.outputs.evaluate import EvaluateFn, Evaluation, Evaluator, evaluate
+from agentd.outputs.maintenance import Maintenance
 from agentd.outputs.writer import Writer, planned_files
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
@@ -47,23 +51,23 @@ class Context:
     udev_events: Mapping[tuple[str, str], int]
     udev_active: bool
     process: Mapping[str, float]
-    bench: Any = None
+    bench: BenchOutcome | None = None
     bench_findings: tuple[Finding, ...] = ()
     link_events: Mapping[str, int] = field(default_factory=dict)  # rtnetlink outcome -> count
     link_active: bool = False
-    maintenance: Any = None  # agentd.outputs.maintenance.Maintenance
+    maintenance: Maintenance | None = None
     maintenance_ended_at: float | None = None
 
 
 # the parts ``history.share`` replaces by the previous snapshot's when equal
-_SHARED = ("pci", "hcas", "netdevs", "gpus", "read_errors", "system", "gdr", "nvml")
-# what the writer reads of a snapshot beside its evaluation (the NFD labels): every part
-# but the time it was taken and the probe statuses
-_WRITTEN_FROM = tuple(f for f in NodeSnapshot.model_fields if f not in ("taken_at", "probes"))
+_SHARED = CONTENT_FIELDS
+# what the writer reads of a snapshot beside its evaluation (the NFD labels): its content,
+# not the time it was taken nor the probe statuses (agentd.model.SNAPSHOT_FIELDS)
+_WRITTEN_FROM = CONTENT_FIELDS
 
 
 class Publisher:
-    def __init__(self, *, evaluate: Callable[..., Evaluation] = evaluate, writer: Writer | None = None, log: Any):
+    def __init__(self, *, evaluate: EvaluateFn = evaluate, writer: Writer | None = None, log: Log):
         self.evaluator = Evaluator(evaluate)
         self.writer = writer or Writer()
         self.log = log
@@ -72,8 +76,7 @@ class Publisher:
         # new baseline is adopted, so a hung read never ends in overwriting a good one.
         self.baseline_read_from: Path | None = None
         self._write_lane = Lane("writer")
-        self._baseline_lane = Lane("baseline")
-        self._baseline_read: tuple[Path, Future[Baseline | None]] | None = None
+        self.baseline_keeper: Keeper[Baseline | None] = Keeper("baseline")
         self._unfinished: dict[str, int] = {}  # file -> publishes whose write did not finish
         # lifecycle tracks of the findings added at build (file writes, the benchmark)
         self.extra_tracks = Tracks()
@@ -89,14 +92,10 @@ class Publisher:
         """Read the baseline at ``path`` in its lane (never on the event loop: a FIFO or a
         hung filesystem there must not stop /health or SIGTERM). On a timeout the baseline
         stays unknown; a later call picks up the read once it finished, without waiting."""
-        pending = self._baseline_read
-        if pending is not None and not pending[1].done():
-            return  # an earlier read still hangs
-        if pending is None or pending[0] != path:
-            fut, _ = self._baseline_lane.submit(load_baseline, path)
-            pending = self._baseline_read = (path, fut)
         try:
-            b = await await_future(pending[1], timeout_s)
+            b = await self.baseline_keeper.load(lambda: load_baseline(path), timeout_s, path)
+        except StillReading:
+            return  # an earlier read still hangs
         except TimeoutError:
             self.log.error("baseline.read_timeout", path=str(path), timeout_s=timeout_s, effect="no new baseline is adopted until it can be read")
             return
@@ -106,12 +105,31 @@ class Publisher:
         except Exception as e:
             b = None
             self.log.error("baseline.read_failed", path=str(path), error=f"{type(e).__name__}: {e}", effect="the next healthy collection replaces it")
-        finally:
-            if pending[1].done():
-                self._baseline_read = None
         if b is not None:
             self.log.info("baseline.loaded", path=str(path))
         self.baseline, self.baseline_read_from = b, path
+
+    # -- the findings' lifecycles, persisted beside the history (agentd.daemon.keepers) --
+    # by scope: the checks' findings (the evaluator's tracks), and those added at build
+    # (file writes, the benchmark)
+    def lifecycle_json(self) -> list[JsonObject]:
+        """Every episode's since, sticky window and pending count (agentd.judging.lifecycle),
+        as JSON objects."""
+        return [{**item, "scope": scope} for scope, tracks in (("checks", self.evaluator.tracks), ("outputs", self.extra_tracks))
+                for item in tracks.to_json()]
+
+    def restore_lifecycle(self, items: list[JsonObject]) -> None:
+        by_scope: dict[str, list[JsonObject]] = {"checks": [], "outputs": []}
+        for item in items:
+            scope = item.get("scope") if isinstance(item, dict) else None
+            if isinstance(scope, str) and scope in by_scope:
+                by_scope[scope].append(item)
+        self.evaluator.tracks = Tracks.from_json(by_scope["checks"])
+        self.extra_tracks = Tracks.from_json(by_scope["outputs"])
+
+    def lifecycle_mark(self) -> Hashable:
+        """What changes when an episode starts, counts or ends (not every sighting)."""
+        return tuple((k, t.since, t.raised) for tracks in (self.evaluator.tracks, self.extra_tracks) for k, t in tracks.by_key.items())
 
     async def judge(self, snapshot_job: Callable[[], NodeSnapshot], history: History, config: AgentConfig,
                     steady: Callable[[], NodeSnapshot | None] | None = None) -> tuple[NodeSnapshot, Evaluation]:
@@ -143,7 +161,7 @@ class Publisher:
         self._shared = (tuple(getattr(raw, f) for f in _SHARED), stored)
         return stored
 
-    def _steady(self, prev: NodeSnapshot | None, raw: NodeSnapshot | None) -> NodeSnapshot | None:
+    def _steady(self, prev: HistoryEntry | None, raw: NodeSnapshot | None) -> NodeSnapshot | None:
         """``share(prev, raw)`` in O(1) when ``raw``'s parts are the very objects the last
         sharing started from and ``prev`` is what it made (the history's newest entry);
         else None."""
@@ -231,7 +249,7 @@ class Publisher:
     def _topology_hash(self, ev: Evaluation) -> str:
         """The rendered topology XML's hash, computed once per rendered text (a steady node
         reuses its render, so most publishes cost an identity check)."""
-        xml = getattr(ev.render, "topo_xml", None) if ev.render is not None else None
+        xml = ev.render.topo_xml if ev.render is not None else None
         if xml is None:
             return ""
         last = self._topo_hash
@@ -252,7 +270,7 @@ class Publisher:
             link_events=ctx.link_events, link_active=ctx.link_active, maintenance=ctx.maintenance,
             maintenance_ended_at=ctx.maintenance_ended_at, bench=ctx.bench, render_metrics=REGISTRY.render,
         )  # fmt: skip
-        topo_problems = getattr(ev.render, "topo_problems", ()) if ev.render is not None else ()
+        topo_problems = ev.render.topo_problems if ev.render is not None else ()
         extra = [*output_findings(files, ev.nccl_problems, topo_problems), *ctx.bench_findings]
         if extra or self.extra_tracks:  # their lifecycle, as the checks' findings have theirs (outputs.evaluate)
             life = advance(self.extra_tracks, extra, now=snap.taken_at, settings=ctx.config.lifecycle,

@@ -14,14 +14,16 @@ import asyncio
 import gzip
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, TypeVar
+from typing import Any, Callable, Hashable, Literal, Mapping, TypeVar
 
 from agentd.base.escape import model_json
 from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
 from agentd.judging.placement import Placement, placement
-from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, NodeSnapshot, overall_status
+from agentd.judging.roles import HcaRoles, RolesSource
+from agentd.model import Finding, NodeSnapshot, NodeStatus, overall_status
+from agentd.ncclbench.job import BenchOutcome
+from agentd.outputs.maintenance import Maintenance
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
 HealthStatus = Literal["ok", "degraded", "critical", "starting", "maintenance"]
@@ -41,7 +43,7 @@ class State:
     findings: tuple[Finding, ...] = ()  # sorted; includes agentd.data.stale at build time
     stale_limits: Mapping[str, float] = field(default_factory=dict)  # probe -> seconds
     compute_hcas: tuple[str, ...] = ()
-    hca_roles_source: str = ""
+    hca_roles_source: RolesSource = ""
     expected: Expected = field(default_factory=Expected)
     files: tuple[FileStatus, ...] = ()
     nccl_env: tuple[tuple[str, str], ...] = ()  # variables the env file sets, in order
@@ -54,22 +56,24 @@ class State:
     link_events: Mapping[str, int] = field(default_factory=dict)  # rtnetlink notifications by outcome (agentd.daemon.netlink)
     link_active: bool = False
     process: Mapping[str, float] = field(default_factory=dict)  # self stats sampled at build time
-    bench: Any = None  # agentd.ncclbench.job.BenchOutcome of the last scheduled NCCL benchmark
-    # agentd.outputs.maintenance.Maintenance while the node is in maintenance; after it
-    # ended, the unix time it did until a full collection that started later is published
-    maintenance: Any = None
+    bench: BenchOutcome | None = None  # the last scheduled NCCL benchmark's
+    # While the node is in maintenance; after it ended, the unix time it did until a full
+    # collection that started later is published
+    maintenance: Maintenance | None = None
     maintenance_ended_at: float | None = None
     # The exposition of this State (the daemon passes agentd.daemon.exposition.REGISTRY.render):
     # injected, so the State holds finished bytes and never imports the metrics layer.
     render_metrics: Callable[["State"], bytes] | None = field(default=None, repr=False, compare=False)
-    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Derived data by key (``cached``): each key's builder fixes its value's type, so the map holds
+    # values of many types, read back as the type the caller asks for.
+    _cache: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False, compare=False)  # Any: one type per key (above)
 
     @property
     def in_maintenance(self) -> bool:
         return self.maintenance is not None or self.maintenance_ended_at is not None
 
     @property
-    def measured_status(self) -> Literal["ok", "degraded", "critical"]:
+    def measured_status(self) -> NodeStatus:
         """The node's status from the findings that count, maintenance or not (once per State)."""
         return self.cached("measured_status", lambda: overall_status(self.findings))
 
@@ -81,8 +85,12 @@ class State:
             return "maintenance"
         return self.measured_status
 
-    def cached(self, key: Any, build: Callable[[], _T]) -> _T:
-        """Derived data computed at most once per State (the loop thread is the only reader)."""
+    def cached(self, key: Hashable, build: Callable[[], _T]) -> _T:
+        """Derived data computed once per State, by whichever thread asks first: the loop,
+        or the worker thread ``metrics_body`` renders in. A lookup and a store are each
+        atomic under the GIL; two threads that miss at once both build the same value (the
+        builders are pure functions of the State) and the later store wins. ``metrics_body``
+        makes a scrape start at most one render per key."""
         try:
             value: _T = self._cache[key]  # the key's builder fixed the type when it was stored
             return value

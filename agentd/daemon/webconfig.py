@@ -82,7 +82,7 @@ class _Model(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _blank_is_unset(cls, v: Any) -> Any:
+    def _blank_is_unset(cls, v: Any) -> Any:  # Any: the raw YAML value, before validation
         return None if v == "" else v  # Go treats an empty string as "not set"
 
 
@@ -150,7 +150,7 @@ class RateLimit(_Model):
 
     @field_validator("interval", mode="before")
     @classmethod
-    def _duration(cls, v: Any) -> Any:
+    def _duration(cls, v: Any) -> Any:  # Any: the raw YAML value, before validation
         if isinstance(v, str):
             return parse_go_duration(v)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0:
@@ -190,13 +190,13 @@ def parse_go_duration(text: str) -> float:
 class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs, so SafeLoader is Any here
     """SafeLoader without aliases (no entity-expansion bombs) and with duplicate-key errors."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: Any, index: Any) -> Any:  # Any: PyYAML's nodes (no type stubs)
         if self.check_event(yaml.AliasEvent):
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not supported", self.peek_event().start_mark)
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[Any] = set()
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # Any: PyYAML's nodes (no type stubs)
+        seen: set[Any] = set()  # Any: YAML keys (any hashable scalar)
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             try:
@@ -312,6 +312,15 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
 # TLS
 
 
+def _pem(inline: str | None, key: str, path: Path | None, origin: str) -> str:
+    """The PEM text given inline, else read from ``path`` (the model requires one of them)."""
+    if inline is not None:
+        return inline
+    if path is None:
+        raise WebConfigError(f"invalid web config ({origin}): tls_server_config.{key}: not set")
+    return _read_pem(key, path, origin)
+
+
 def _read_pem(key: str, path: Path, origin: str) -> str:
     try:
         with open(path, "rb") as f:
@@ -329,8 +338,8 @@ def ssl_context(cfg: WebConfig, *, origin: str = "web config") -> ssl.SSLContext
     def fail(key: str, why: str) -> WebConfigError:
         return WebConfigError(f"invalid web config ({origin}): tls_server_config.{key}: {why}")
 
-    cert = t.cert if t.cert is not None else _read_pem("cert_file", t.cert_file, origin)  # type: ignore[arg-type]
-    key = t.key if t.key is not None else _read_pem("key_file", t.key_file, origin)  # type: ignore[arg-type]
+    cert = _pem(t.cert, "cert_file", t.cert_file, origin)
+    key = _pem(t.key, "key_file", t.key_file, origin)
     cert_key, key_key = ("cert" if t.cert is not None else "cert_file"), ("key" if t.key is not None else "key_file")
     if "-----BEGIN CERTIFICATE-----" not in cert:
         raise fail(cert_key, "no PEM certificate (-----BEGIN CERTIFICATE-----)")
@@ -375,7 +384,7 @@ def ssl_context(cfg: WebConfig, *, origin: str = "web config") -> ssl.SSLContext
             raise fail(key_key, f"does not match {cert_key}, or one of them is malformed ({e.reason or e})") from None
     if t.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"):
         ca_key = "client_ca" if t.client_ca is not None else "client_ca_file"
-        ca = t.client_ca if t.client_ca is not None else _read_pem("client_ca_file", t.client_ca_file, origin)  # type: ignore[arg-type]
+        ca = _pem(t.client_ca, "client_ca_file", t.client_ca_file, origin)
         try:
             ctx.load_verify_locations(cadata=ca)
         except (ssl.SSLError, ValueError) as e:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentd.base import recorded
+from agentd.base.jsontypes import JsonObject
 from agentd.host.dcb import NetlinkError, iter_attrs
 from agentd.host.ethtool import valid_ifname
 from agentd.host.fs import ReadContext
@@ -112,14 +113,14 @@ def parse_fec(payload: bytes) -> dict[str, Any]:  # Any: the kernel's nested ans
     stats = attrs_of(payload).get(A_FEC_STATS)
     if stats is None:
         return {}
-    out: dict[str, Any] = {}
-    hist: list[dict[str, Any]] = []
+    out: JsonObject = {}
+    hist: list[JsonObject] = []
     for atype, value in iter_attrs(stats):
         name = FEC_STAT.get(atype)
         if name is not None and value:
             out[name] = _u64s(value)
         elif atype == A_FEC_STAT_HIST:
-            b: dict[str, Any] = {}
+            b: JsonObject = {}
             for htype, hvalue in iter_attrs(value):
                 if htype in FEC_HIST:
                     b[FEC_HIST[htype]] = unsigned(hvalue)
@@ -197,7 +198,7 @@ Asker = Callable[[int, bytes], bytes | None]  # (cmd, attrs) -> the reply's attr
 def ask_phy(ask: Asker, ifname: str) -> dict[str, Any]:  # Any: JSON-shaped answers
     """LINKSTATE_GET and FEC_GET for one netdev, as answers. An EOPNOTSUPP is an answer
     (``{"error": "EOPNOTSUPP"}``); any other refusal raises NetlinkError."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for key, cmd, parse in (("linkstate", MSG_LINKSTATE_GET, parse_linkstate), ("fec", MSG_FEC_GET, parse_fec)):
         try:
             try:
@@ -215,8 +216,8 @@ def ask_phy(ask: Asker, ifname: str) -> dict[str, Any]:  # Any: JSON-shaped answ
     return out
 
 
-def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, JsonObject]:
+    out: dict[str, JsonObject] = {}
     if not names:
         return out
     try:
@@ -254,7 +255,7 @@ def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, An
 
 def read_recorded_answers(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, Any]]:  # Any: JSON
     """``{netdev: answers}`` from ``.agentd/ethtool-netlink/<if>.json`` (no file: none)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for name in names:
         path = f"{ctx.host.answers}/{recorded.ETHTOOL_NETLINK}/{name}.json"
         if not valid_ifname(name):
@@ -307,12 +308,12 @@ def answers_of(phy: PhyLink | None) -> dict[str, Any]:  # Any: JSON-shaped answe
             ls["ext-substate"] = subs.index(sub) + 1 if sub in subs else int(sub.rpartition("-")[2])
     if phy.link_down_events is not None:
         ls["ext-down-cnt"] = phy.link_down_events
-    out: dict[str, Any] = {"linkstate": ls}
+    out: JsonObject = {"linkstate": ls}
     f = phy.fec
     if f is None:
         out["fec"] = {"error": "EOPNOTSUPP"}
         return out
-    stats: dict[str, Any] = {}
+    stats: JsonObject = {}
     for key, total, lanes in (("corrected", f.corrected_blocks, f.corrected_per_lane), ("uncorr", f.uncorrectable_blocks, f.uncorrectable_per_lane),
                               ("corr-bits", f.corrected_bits, ())):
         if total is not None:

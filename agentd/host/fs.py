@@ -29,10 +29,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Literal, Protocol, cast
 
 from agentd.base import recorded
 from agentd.base.atomic import read_fd
+from agentd.base.jsontypes import JsonValue
 from agentd.model import ReadError, ReadErrorKind
 
 MAX_ATTR_BYTES = 64 * 1024  # sysfs attributes are at most a page; procfs files we read are small
@@ -77,7 +78,7 @@ class HostRoot:
     mode: HostMode | None = None  # None: detect (``detect_mode``)
     mode_reason: str = ""
     answers: str | None = None
-    manifest: Mapping[str, Any] | None = field(default=None, compare=False)
+    manifest: Mapping[str, JsonValue] | None = field(default=None, compare=False)
     # Told of every path read, listed, tested or followed (``agentd capture``); None: off.
     recorder: ReadRecorder | None = field(default=None, compare=False, repr=False)
 
@@ -153,11 +154,10 @@ def _boot_id(root: Path) -> str | None:
     return text or None
 
 
-def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str | None]:
+def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, JsonValue] | None, str | None]:
     """(answers dir, manifest, problem) of a root: ``.agentd/`` with a manifest this agentd
-    reads, else the older simulator layout ``.agentd-sim/``. A ``.agentd`` that is a
-    symlink is not followed here: the root is offline, and the readers, which confine
-    every path, report where it leads."""
+    reads. A ``.agentd`` that is a symlink is not followed here: the root is offline, and
+    the readers, which confine every path, report where it leads."""
     if os.path.islink(root / recorded.DIR):
         return recorded.DIR, None, f"{recorded.DIR} is a symlink: its manifest is not read"
     data = _read_under(root, recorded.MANIFEST, recorded.MANIFEST_MAX_BYTES)
@@ -166,12 +166,10 @@ def _recorded_dir(root: Path) -> tuple[str | None, Mapping[str, Any] | None, str
             return recorded.DIR, recorded.parse_manifest(data), None
         except recorded.ManifestError as e:
             return None, None, f"{recorded.MANIFEST}: {e}; its recorded answers are not read"
-    if os.path.isdir(root / recorded.LEGACY_DIR) and not os.path.islink(root / recorded.LEGACY_DIR):
-        return recorded.LEGACY_DIR, None, None
     return None, None, None
 
 
-def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, Any] | None]:
+def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | None, Mapping[str, JsonValue] | None]:
     """(mode, why, answers dir, manifest) for a resolved root. Unreadable or odd files
     never raise (they make the root offline, and the reason says why); only an unknown
     ``wanted`` is a ValueError (config validation stops it before).
@@ -191,8 +189,6 @@ def detect_mode(root: Path, wanted: str = "auto") -> tuple[HostMode, str, str | 
     if manifest is not None and manifest.get("kind") == "simulation":
         what = f" (profile {manifest['profile']})" if isinstance(manifest.get("profile"), str) else ""
         return "simulated", f"{answers}/manifest.json: a simulated node{what}", answers, manifest
-    if manifest is None and answers == recorded.LEGACY_DIR:
-        return "simulated", f"{answers}/: a simulated node (the older layout)", answers, None
     if manifest is None and answers is not None:
         return "offline", f"recorded answers without a manifest{note}", answers, None
     if manifest is not None:
@@ -692,7 +688,7 @@ class ReadContext:
     def _abs(self, path: str | os.PathLike[str]) -> str:
         """Absolute paths already under the root (from ``resolve``) are kept; anything
         else, "/sys/..." included, is taken relative to the host root. Plain strings:
-        this runs for every file read, and pathlib costs ~40% of a PCI scan."""
+        this runs for every file read (docs/performance.md, "Reading files")."""
         p = os.fspath(path)
         root = self._root_str
         if p.startswith("/"):
@@ -808,7 +804,7 @@ def replay(host: HostRoot, journal: Sequence[JournalEntry]) -> tuple[bool, int]:
         ctx.close()
 
 
-def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[str, Callable[[str], Any]]) -> tuple[bool, int]:
+def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[str, Callable[[str], Hashable | list[str]]]) -> tuple[bool, int]:
     """``replay``'s loop: reads here, every other access through ``access`` (by op)."""
     confined = ctx._confined
     files, last_dir, dir_fd, real = 0, "", -1, ""
@@ -834,7 +830,7 @@ def _replay(ctx: ReadContext, journal: Sequence[JournalEntry], access: Mapping[s
                 if fn is None:
                     return False, files
                 got = fn(p)
-                out = tuple(got) if op == "listdir" else got
+                out = tuple(got) if isinstance(got, list) else got  # a listing, as the journal holds it
         except ReadFailure as e:
             out, last_dir = Escaped(e.detail), ""
         except OSError as e:

@@ -111,7 +111,7 @@ def _read_hca(ctx: ReadContext, name: str, parts: frozenset[Part]) -> Hca | None
     if real is None or not real.is_dir():
         return None
 
-    inventory: dict[str, Any] = {}
+    inventory: dict[str, Any] = {}  # Any: Hca fields by name, validated by Hca(**inventory)
     device_dir = None
     if "inventory" in parts:
         device_dir = ctx.resolve(f"{entry}/device")
@@ -128,7 +128,7 @@ def _read_hca(ctx: ReadContext, name: str, parts: frozenset[Part]) -> Hca | None
     return Hca(name=name, ports=tuple(ports), **inventory)
 
 
-def _read_inventory(ctx: ReadContext, entry: str, real: Path, device_dir: Path | None) -> dict[str, Any]:
+def _read_inventory(ctx: ReadContext, entry: str, real: Path, device_dir: Path | None) -> dict[str, Any]:  # Any: Hca fields by name
     pci = link_bdf(ctx, f"{entry}/device") or bdf_of_class_path(real, "infiniband")
     if pci is None and device_dir is not None:
         # An auxiliary/SF device (mlx5_core.sf.N) hangs below its PCI function.
@@ -159,7 +159,7 @@ def _read_inventory(ctx: ReadContext, entry: str, real: Path, device_dir: Path |
 
 
 def _read_port(ctx: ReadContext, pdir: str, port: int, netdevs: _PciNetdevs, parts: frozenset[Part]) -> IbPort:
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # Any: IbPort fields by name, validated by IbPort(**fields)
     link_layer = None
     if parts & {"link", "gids", "inventory"}:  # GID table length and netdev lookup depend on it
         link_layer = fields["link_layer"] = _required_text(ctx, f"{pdir}/link_layer")

@@ -64,7 +64,6 @@ _LOOSE_BDF_RE = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-
 _XID_RE = re.compile(r"NVRM: Xid \(([^)]{0,64})\): (\d{1,6})\b")
 _XID_ANY_RE = re.compile(r"NVRM: Xid\b")
 _NVRM_RE = re.compile(r"^\s*NVRM:")
-_GPU_AT_RE = re.compile(rf"NVRM: GPU at (?:PCI:)?({_LOOSE_BDF})\b")
 _THE_GPU_RE = re.compile(rf"NVRM: The NVIDIA GPU ({_LOOSE_BDF})\b")
 _NVRM_GPU_BDF_RE = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?({_LOOSE_BDF})\b")
 _ANY_PCI_RE = re.compile(rf"PCI:({_LOOSE_BDF})\b")

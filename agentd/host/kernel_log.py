@@ -33,8 +33,9 @@ import stat
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.kernel_catalog import Extracted, Extractor
 from agentd.host.kmsg import KMSG_MAX_BYTES, KMSG_READ_BYTES, KmsgRecord, iter_records, parse_record
@@ -62,7 +63,7 @@ class KernelLogSource:
         self.host = host
         self._new_extractor = extractor
         self._fd: int | None = None
-        self._resume: Mapping[str, Any] | None = None
+        self._resume: Mapping[str, JsonValue] | None = None
         self._reset(None)
         self._last: KernelLog | None = None
         self._file_sig: tuple[int, int] | None = None
@@ -79,7 +80,7 @@ class KernelLogSource:
         self._changed = True
 
     # -- restart ---------------------------------------------------------------------
-    def resume(self, cursor: Mapping[str, Any] | None) -> None:
+    def resume(self, cursor: Mapping[str, JsonValue] | None) -> None:
         """What a previous agentd on this node persisted (``cursor()``); used at the first
         poll if its boot id is this boot's."""
         self._resume = cursor
@@ -251,7 +252,7 @@ def _uptime(ctx: ReadContext) -> float | None:
         return None
 
 
-def cursor_of(log: KernelLog, keep: Callable[[KernelEvent], bool] = lambda e: True) -> dict[str, Any] | None:
+def cursor_of(log: KernelLog, keep: Callable[[KernelEvent], bool] = lambda e: True) -> JsonObject | None:
     """What to persist so that the next agentd on this boot goes on from ``log``
     (``KernelLogSource.resume``); None when there is nothing to go on from."""
     if not log.available or log.boot_id is None or log.last_seq is None:

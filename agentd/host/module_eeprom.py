@@ -34,6 +34,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentd.base.jsontypes import JsonObject
 from agentd.base.sff import I2C_ADDRESS, PAGE_SIZE, Cmis
 from agentd.host import ethtool_nl, transceiver
 from agentd.host.dcb import NetlinkError, iter_attrs
@@ -192,7 +193,7 @@ def _ask_one(g: Genl | None, family: int | None, sock: socket.socket | None, nam
 
 
 def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, Any]]:  # Any: JSON-shaped
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     if not names:
         return out
     g: Genl | None = None

@@ -67,7 +67,7 @@ def normalize_bus_id(bus_id: str | bytes) -> str | None:
 
 
 class SimNvml(NvmlInfo):
-    """``.agentd-sim/nvml.json``: the NvmlInfo JSON plus two test knobs. Unknown keys are
+    """``.agentd/nvml.json``: the NvmlInfo JSON plus two test knobs. Unknown keys are
     rejected (``extra="forbid"``), at any depth."""
 
     available: bool = True  # the file's presence means NVML answers
@@ -75,11 +75,11 @@ class SimNvml(NvmlInfo):
     init_error: str | None = None
     # Processes using the GPUs ({"gpu": int, "pid": int, "name"?: str,
     # "used_memory_bytes"?: int}); read by `agentd bench nccl`'s idle check.
-    processes: list[dict[str, Any]] = Field(default_factory=list)
+    processes: list[dict[str, Any]] = Field(default_factory=list)  # Any: JSON objects, read by agentd.host.gpuprocs
 
     @field_validator("gpus", mode="before")
     @classmethod
-    def _normalize_bus_ids(cls, gpus: Any) -> Any:
+    def _normalize_bus_ids(cls, gpus: Any) -> Any:  # Any: the raw JSON, before validation
         if not isinstance(gpus, list):
             return gpus
         out = []
@@ -109,9 +109,9 @@ def _validation_detail(e: ValidationError) -> str:
 
 
 # The last recorded answer parsed: (host root, path, its text, its hang_s, the NvmlInfo).
-# A simulated or captured node answers the same text every medium cycle; parsing and
-# validating it twice over cost ~1 ms a cycle (NvmlInfo is the collector's to share: an
-# equal answer keeps the previous object anyway). One entry, replaced whole.
+# A simulated or captured node answers the same text every medium cycle: it is parsed and
+# validated once (docs/performance.md, "Few wakes"; NvmlInfo is the collector's to share:
+# an equal answer keeps the previous object anyway). One entry, replaced whole.
 _last_recorded: tuple[str, str, str, float, NvmlInfo] | None = None
 
 
@@ -163,12 +163,18 @@ def _parse_recorded(ctx: ReadContext, path: str, text: str) -> NvmlInfo | None:
 # ---------------------------------------------------------------------------
 # live
 
+# pynvml has no type hints: its module, device handles and ctypes answers are Any to mypy.
+# Named here so each use says which it is; every answer is converted (int(), _text) where read.
+Pynvml = Any  # Any: the pynvml module (untyped)
+NvmlHandle = Any  # Any: a pynvml device handle (c_nvmlDevice_t)
+NvmlAnswer = Any  # Any: what a pynvml call returns (ctypes structs, ints, bytes)
 
-def _text(v: Any) -> str:
+
+def _text(v: object) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
-def _field_value(v: Any) -> int | None:
+def _field_value(v: NvmlAnswer) -> int | None:
     """An integer from one c_nvmlFieldValue_t; None when NVML answered an error for it."""
     if int(v.nvmlReturn) != 0:
         return None
@@ -179,7 +185,7 @@ def _field_value(v: Any) -> int | None:
 
 
 class _Live:
-    def __init__(self, ctx: ReadContext, nv: Any):
+    def __init__(self, ctx: ReadContext, nv: Pynvml):
         self.ctx = ctx
         self.nv = nv
 
@@ -192,7 +198,7 @@ class _Live:
         except Exception:
             return f"NVML error {self.code(e)}"
 
-    def call(self, api: str, fn: Callable[[], Any], quiet: tuple[int, ...] = ()) -> Any:
+    def call(self, api: str, fn: Callable[[], NvmlAnswer], quiet: tuple[int, ...] = ()) -> NvmlAnswer:
         """fn() or None; NVML errors other than ``quiet`` codes become ReadErrors.
         GPU_IS_LOST propagates: the caller marks the whole GPU."""
         try:
@@ -205,7 +211,7 @@ class _Live:
                 self.ctx.error(api, "unreadable", self.msg(e))
             return None
 
-    def opt(self, fn: Callable[[], Any]) -> Any:
+    def opt(self, fn: Callable[[], NvmlAnswer]) -> NvmlAnswer:
         """fn() or None on any NVML error but GPU_IS_LOST: for optional per-link details."""
         try:
             return fn()
@@ -214,7 +220,7 @@ class _Live:
                 raise
             return None
 
-    def link(self, h: Any, i: int, gpu: int) -> NvLink | None:
+    def link(self, h: NvmlHandle, i: int, gpu: int) -> NvLink | None:
         nv = self.nv
         state = self.call(f"nvmlDeviceGetNvLinkState(gpu{gpu}, {i})", lambda: nv.nvmlDeviceGetNvLinkState(h, i), _NO_LINK)
         if state is None:
@@ -243,11 +249,11 @@ class _Live:
             errors=errors,
         )
 
-    def _fabric_calls(self) -> list[tuple[Callable[..., Any], Any]]:
+    def _fabric_calls(self) -> list[tuple[Callable[..., NvmlAnswer], type[NvmlAnswer]]]:
         """(function, struct type) to try, newest first: v3 (health summary), v2 (health
         mask) through nvmlDeviceGetGpuFabricInfoV, then the legacy call (identity only)."""
         nv = self.nv
-        calls: list[tuple[Callable[..., Any], Any]] = []
+        calls: list[tuple[Callable[..., NvmlAnswer], type[NvmlAnswer]]] = []
         fn_v = getattr(nv, "nvmlDeviceGetGpuFabricInfoV", None)
         if fn_v is not None:
             seen: set[int] = set()
@@ -261,12 +267,12 @@ class _Live:
             calls.append((fn, nv.c_nvmlGpuFabricInfo_t))
         return calls
 
-    def fabric(self, h: Any) -> dict[str, Any]:
+    def fabric(self, h: NvmlHandle) -> dict[str, Any]:  # Any: NvmlGpu fields by name
         """The NvmlGpu fabric fields: state, status, cluster UUID, clique id, health. A
         driver that does not know a struct version (ARGUMENT_VERSION_MISMATCH) or the V
         call (FUNCTION_NOT_FOUND) is asked with the next older one."""
         nv = self.nv
-        info: Any = None
+        info: NvmlAnswer = None
         for fn, struct in self._fabric_calls():
             candidate = struct()
             try:
@@ -286,7 +292,7 @@ class _Live:
         if info is None:
             return {}  # older driver: no fabric API
         state = _FABRIC_STATES.get(int(info.state))
-        out: dict[str, Any] = {"fabric_state": state}
+        out: dict[str, Any] = {"fabric_state": state}  # Any: NvmlGpu fields by name, validated by NvmlGpu
         names = {f[0] for f in getattr(type(info), "_fields_", ())}
         if state not in (None, "not_supported") and "healthMask" in names:
             summary = int(info.healthSummary) if "healthSummary" in names else None
@@ -299,7 +305,7 @@ class _Live:
         out["fabric_clique_id"] = int(info.cliqueId)
         return out
 
-    def field_values(self, h: Any, wanted: list[tuple[int, int]]) -> list[int | None] | None:
+    def field_values(self, h: NvmlHandle, wanted: list[tuple[int, int]]) -> list[int | None] | None:
         """One nvmlDeviceGetFieldValues call for (field id, scope id) pairs: each value, or
         None where NVML answered an error for it; None when the call itself failed
         (no such API, an older driver). GPU_IS_LOST propagates."""
@@ -318,7 +324,7 @@ class _Live:
             return None
         return out if len(out) == len(wanted) else None
 
-    def link_fields(self, h: Any, links: list[NvLink]) -> list[NvLink]:
+    def link_fields(self, h: NvmlHandle, links: list[NvLink]) -> list[NvLink]:
         """Field values of the GPU's links, all in one call: the current speed (MB/s,
         NVML_FI_DEV_NVLINK_GET_SPEED) of each active link, and the error counters newer
         GPUs keep per link (NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS and _SYMBOL_ERRORS,
@@ -357,7 +363,7 @@ class _Live:
             for link in links
         ]
 
-    def c2c_links(self, h: Any) -> tuple[C2cLink, ...]:
+    def c2c_links(self, h: NvmlHandle) -> tuple[C2cLink, ...]:
         """NVLink-C2C links (Grace systems): the count, then each link's status and max
         bandwidth in one call. () on GPUs that answer no count or 0."""
         nv = self.nv
@@ -397,7 +403,7 @@ class _Live:
         if bus is None:
             self.ctx.error(f"nvmlDeviceGetPciInfo({i})", "unparsable", "bus id is not a PCI address")
             return None
-        fields: dict[str, Any] = {"index": i, "pci_bus_id": bus}
+        fields: dict[str, Any] = {"index": i, "pci_bus_id": bus}  # Any: NvmlGpu fields by name, validated by NvmlGpu
         try:
             name = self.call(f"nvmlDeviceGetName({i})", lambda: nv.nvmlDeviceGetName(h))
             fields["name"] = None if name is None else _text(name)

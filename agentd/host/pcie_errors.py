@@ -51,8 +51,8 @@ def parse_aer(text: str, total_name: str) -> AerCounts:
     """One aer_dev_* file's text -> AerCounts; ValueError with the reason when it is not the ABI.
 
     Memoised on the text (pure, and AerCounts is frozen): a node has a few hundred of these
-    files, nearly all alike (every count 0), read again at every full read; parsing and
-    validating each was ~12% of a full collection (~6 us a file)."""
+    files, nearly all alike (every count 0), read again at every full read (docs/performance.md,
+    "Reading files")."""
     if len(text) <= AER_MEMO_MAX_BYTES:
         return _parse_aer_memo(text, total_name)
     return _parse_aer(text, total_name)

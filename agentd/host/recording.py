@@ -43,7 +43,7 @@ class RecordedTree:
 
     def __init__(self, root: Path):
         self.root = str(root).rstrip("/") or "/"
-        self.members: dict[str, tuple[str, Any]] = {}  # rel -> ("dir"|"file"|"link", data/target)
+        self.members: dict[str, tuple[str, Any]] = {}  # rel -> ("dir"|"file"|"link", data/target); Any: bytes, a str or None by kind
         self.problems: list[str] = []
 
     def _rel(self, absolute: str) -> str | None:

@@ -9,8 +9,7 @@ one thread it runs on; every other lane goes on with other threads.
 Lanes share one process-wide pool of parked daemon worker threads. A worker that finishes
 a run parks and serves the next submit of *any* lane, so probes run in turn (a collection,
 ``run_sync``) are served by one thread, and the daemon's tiers stop starting threads every
-cycle (starting a thread per probe was ~2 ms of a ~25 ms collection, and ~7% of the idle
-daemon's CPU before lanes kept their threads). Each parked worker waits on its own
+cycle (what a thread per probe cost: docs/performance.md, "Reading files"). Each parked worker waits on its own
 condition, so a submit wakes exactly the one worker it hands its run to; with none parked
 it starts a new thread. A worker parked for ``Lane.IDLE_EXIT_S`` ends, so short-lived
 collectors (``agentd check``, tests) leave no threads behind; the most recently parked
@@ -30,13 +29,15 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 IDLE_THREAD_NAME = "agentd-probe-idle"
 
-_Job = tuple["Lane", "Future[Any]", Callable[..., Any], tuple[Any, ...]]
+# (lane, its future, fn, args): run as fn(*args), whatever the job (Any: the futures of all jobs)
+_Job = tuple["Lane", "Future[Any]", Callable[..., object], tuple[object, ...]]  # Any: see above
 
 # One lock guards the pool and every lane's in-flight future: each hold is a few list and
 # attribute operations, and one lock leaves no lock order to get wrong.
@@ -74,14 +75,16 @@ class Lane:
 
     def __init__(self, name: str):
         self.name = name
-        self._inflight: Future[Any] | None = None  # the lane's run until its worker is done with it
+        # The lane's run until its worker is done with it (Any: submit hands it back to a caller
+        # as that caller's type; a lane runs one job, or its callers check ``started``).
+        self._inflight: Future[Any] | None = None  # Any: see above
 
     @property
     def busy(self) -> bool:
         f = self._inflight
         return f is not None and not f.done()
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> tuple[Future[T], bool]:
+    def submit(self, fn: Callable[[*Ts], T], *args: *Ts) -> tuple[Future[T], bool]:
         """Run fn(*args) in a pool worker thread. Returns (future, started); when the lane's
         previous run is still in flight nothing new starts and that run's future is returned."""
         with _lock:

@@ -119,10 +119,6 @@ class Baseline(Record):
         return p is not None and p.active
 
 
-def identity_of(baseline: Baseline) -> NodeIdentity:
-    return NodeIdentity(machine_id=baseline.machine_id, hostname=baseline.hostname, host_root=baseline.host_root)
-
-
 def foreign_reason(baseline: Baseline, node: NodeIdentity) -> str | None:
     """Why ``baseline`` is another node's than ``node``, or None when it is (or may be)
     this node's: the machine-ids differ when both are known, else the hostnames differ

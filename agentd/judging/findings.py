@@ -2,15 +2,15 @@
 
 Every finding in agentd (checks, staleness, file findings, the NCCL benchmark) is built
 by :func:`finding`: the message is always one line, and the subject is a typed
-:class:`~agentd.model.Subject` (never text). ``tests/test_findings.py`` fails on a raw
+:class:`~agentd.model.Subject` (never text). ``tests/judging/test_findings.py`` fails on a raw
 ``Finding(...)`` anywhere else in ``agentd/``. Pure.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from agentd.base.jsontypes import JsonValue
 from agentd.model import Finding, Severity, Subject
 
 NODE = Subject(kind="node")
@@ -107,7 +107,7 @@ def finding_line(f: Finding) -> str:
     return f"{head}{f.severity} {f.code} {f.subject}: {f.message}{tail}"
 
 
-def restored(data: Any) -> Finding:
+def restored(data: JsonValue) -> Finding:
     """A finding read back from agentd's own state file (the lifecycle's tracks: its JSON
     plus ``about``, the typed subject), built by ``finding`` like any other. Raises
     (ValueError, TypeError, KeyError) on anything else."""

@@ -13,7 +13,7 @@ from agentd.judging.baseline import Baseline, NodeIdentity, adopted, baseline_fr
 from agentd.judging.checks import CheckInput, run_checks
 from agentd.judging.checks.inventory import foreign_baseline
 from agentd.judging.roles import HcaRoles, hca_roles
-from agentd.model import Finding, NodeSnapshot, overall_status, sort_findings
+from agentd.model import Finding, HistoryEntry, NodeSnapshot, NodeStatus, overall_status, sort_findings
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Judgement:
     snapshot: NodeSnapshot
     roles: HcaRoles
     findings: tuple[Finding, ...]
-    status: str  # ok | degraded | critical
+    status: NodeStatus
     # To save: a first one when there was none and this snapshot is healthy, or the one
     # there was with this node's identity added (``baseline.adopted``).
     new_baseline: Baseline | None
@@ -32,7 +32,7 @@ def node_identity(snapshot: NodeSnapshot, config: AgentConfig) -> NodeIdentity:
     return NodeIdentity(machine_id=snapshot.system.machine_id, hostname=snapshot.system.hostname, host_root=str(config.host_root))
 
 
-def judge(snapshot: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None,
+def judge(snapshot: NodeSnapshot, history: Sequence[HistoryEntry], config: AgentConfig, baseline: Baseline | None,
           identity: NodeIdentity | None = None) -> Judgement:
     """``identity``: the node's (default: ``node_identity``). A
     baseline of another node is not used: ``baseline.foreign`` says so, and no new one is

@@ -32,8 +32,9 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.config import FindingPolicy, LifecycleSettings
 from agentd.judging.findings import restored
 from agentd.model import Finding, Withheld, sort_findings
@@ -64,7 +65,7 @@ class Tracks:
     def __len__(self) -> int:
         return len(self.by_key)
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[JsonObject]:
         return [
             {"since": t.since, "last_seen": t.last_seen, "seen": t.seen, "raised": t.raised,
              "finding": {**t.finding.model_dump(mode="json", exclude_none=True, exclude={"since", "raises_at", "clears_at", "withheld"}),
@@ -73,7 +74,7 @@ class Tracks:
         ]  # fmt: skip
 
     @classmethod
-    def from_json(cls, items: Iterable[Any]) -> Tracks:
+    def from_json(cls, items: JsonValue) -> Tracks:
         """Tracks from ``to_json``'s list; malformed items are skipped, never raised on."""
         out: dict[Key, Track] = {}
         for item in items if isinstance(items, (list, tuple)) else ():

@@ -14,17 +14,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Literal
 
 from agentd.base.ids import natural_key
 from agentd.config import HcaSelection
 from agentd.model import Hca, NodeSnapshot, PathType
+
+# Where the compute HCA list came from: hca.compute in the config, inferred from the node,
+# or "error" (the roles could not be computed: agentd.judging.checks.run_checks); "" before
+# any collection (an empty State).
+RolesSource = Literal["config", "inferred", "error", ""]
 
 
 @dataclass(frozen=True)
 class HcaRoles:
     compute: tuple[str, ...]  # HCA names, sorted naturally
     other: tuple[str, ...]
-    source: str  # "config" | "inferred"
+    source: RolesSource
 
     def is_compute(self, hca: str) -> bool:
         return hca in self.compute
@@ -54,6 +60,7 @@ def _best_path(h: Hca, snap: NodeSnapshot) -> int:
 
 def hca_roles(snap: NodeSnapshot, sel: HcaSelection) -> HcaRoles:
     names = [h.name for h in snap.hcas if not _matches(h.name, sel.exclude)]
+    source: RolesSource
     if sel.compute:
         compute = [n for n in names if _matches(n, sel.compute)]
         source = "config"

@@ -4,13 +4,16 @@ configuration reloads, udev and rtnetlink events, build and process."""
 from __future__ import annotations
 
 import platform
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from agentd import __version__
 from agentd.base.expo import Exposition, Family, MetricType
 from agentd.judging.staleness import STALE_CODE, stale_findings, stale_probe_names
 from agentd.metrics.registry import Area
 from agentd.metrics.source import MetricsSource
+
+if TYPE_CHECKING:  # psutil is imported when first asked (it stays out of agentd check's start-up)
+    import psutil
 
 G: Final[MetricType] = "gauge"
 C: Final[MetricType] = "counter"
@@ -168,7 +171,7 @@ def render(x: Exposition, s: MetricsSource) -> None:
         x.add("agentd_process_threads", (), proc["threads"])
 
 
-_PROC: Any = None  # psutil.Process of this daemon, created on first use
+_PROC: psutil.Process | None = None  # this daemon's, created on first use
 
 
 def process_stats() -> dict[str, float]:
@@ -179,10 +182,11 @@ def process_stats() -> dict[str, float]:
 
         if _PROC is None:
             _PROC = psutil.Process()
-        with _PROC.oneshot():
-            cpu = _PROC.cpu_times()
-            return {"rss_bytes": float(_PROC.memory_info().rss), "cpu_seconds": cpu.user + cpu.system,
-                    "open_fds": float(_PROC.num_fds()), "threads": float(_PROC.num_threads())}
+        proc = _PROC
+        with proc.oneshot():
+            cpu = proc.cpu_times()
+            return {"rss_bytes": float(proc.memory_info().rss), "cpu_seconds": cpu.user + cpu.system,
+                    "open_fds": float(proc.num_fds()), "threads": float(proc.num_threads())}
     except Exception:
         return {}
 

@@ -9,6 +9,7 @@ from typing import Mapping, Protocol
 from agentd.config import AgentConfig
 from agentd.judging.expected import Expected
 from agentd.judging.placement import Placement
+from agentd.judging.roles import RolesSource
 from agentd.model import Finding, NodeSnapshot
 from agentd.records import FileStatus, ReloadStatus, TierRun
 
@@ -41,7 +42,7 @@ class MetricsSource(Protocol):
     @property
     def compute_hcas(self) -> tuple[str, ...]: ...
     @property
-    def hca_roles_source(self) -> str: ...
+    def hca_roles_source(self) -> RolesSource: ...
     @property
     def expected(self) -> Expected: ...
     @property

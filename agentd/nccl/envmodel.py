@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterator, Literal
 
+from agentd.judging.roles import RolesSource
+
 Source = Literal["measured", "config", "override", "profile"]
 
 
@@ -56,7 +58,7 @@ class NcclEnv:
     notes: tuple[str, ...] = ()
     measured_at: float | None = None  # snapshot.taken_at the values were derived from
     host_root: str | None = None
-    hca_selection: str = ""  # "config" | "inferred": where the compute HCA list came from
+    hca_selection: RolesSource = ""  # where the compute HCA list came from
 
     def __iter__(self) -> Iterator[EnvVar]:
         return iter(self.variables)

@@ -16,12 +16,12 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from agentd.collection.collector import collect_once
-from agentd.config import ConfigError, load_config
+from agentd.config import AgentConfig, ConfigError, load_config
 from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
+from agentd.model import Finding, NodeSnapshot
 from agentd.ncclbench.job import BenchOptions, run_bench_job
 from agentd.ncclbench.report import compare_text, outcome_json, outcome_text
 from agentd.ncclbench.run_history import compare, history_path, load_history
@@ -30,7 +30,7 @@ from agentd.ncclbench.runners import parse_sizes, validate_ops
 EXIT = {"ok": 0, "below_min": 1, "wrong_results": 2, "failed": 2, "timeout": 2, "refused": 3, "unavailable": 3}
 
 
-def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:
+def _collect(config: AgentConfig) -> tuple[NodeSnapshot | None, list[Finding], list[str] | None, list[str]]:
     """(snapshot, current findings, compute HCAs, notes); never fails the benchmark."""
     notes: list[str] = []
     root = Path(config.host_root)
@@ -44,7 +44,7 @@ def _collect(config: Any) -> tuple[Any, list[Any], list[str] | None, list[str]]:
         return None, [], None, [f"node collection failed ({type(e).__name__}: {e}): fabric unknown"]
 
 
-def _compare_only(config: Any, fmt: str) -> int:
+def _compare_only(config: AgentConfig, fmt: str) -> int:
     runs, problem = load_history(history_path(config.paths.state_dir))
     measured = [r for r in runs if r.results]
     if problem:

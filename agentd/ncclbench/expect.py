@@ -1,6 +1,6 @@
 """Expected and minimum bus bandwidth per collective and size, by detected fabric.
 
-Defaults are published figures, cited per entry (tests/bench/data/SOURCES.md lists them):
+Defaults are published figures, cited per entry (tests/ncclbench/data/SOURCES.md lists them):
 
 - ``nvswitch-nvlink4`` (8x H100/H200 SXM, NVLink4, 18 links, 450 GB/s per direction):
   all_reduce peaks at ~480 GB/s busbw with NVLink SHARP (NVIDIA/nccl-tests#212, NCCL

@@ -1,6 +1,6 @@
 """Pure parser of nccl-tests output (``all_reduce_perf`` and friends). Never raises.
 
-Layouts seen in the wild (tests/bench/data holds real captures of each):
+Layouts seen in the wild (tests/ncclbench/data holds real captures of each):
 
 - 2017-2019: ``size count type [redop] [root] time algbw busbw error ...`` where the
   optional columns depend on the collective (all_gather had neither, broadcast only
@@ -99,7 +99,7 @@ class _Builder:
     ranks: list[RankLine] = field(default_factory=list)
     columns: tuple[str, ...] = ()
     error_column: str | None = None
-    rows: list[dict[str, Any]] = field(default_factory=list)  # Row's fields, less op
+    rows: list[dict[str, Any]] = field(default_factory=list)  # Any: Row's fields by name, less op (validated by Row)
     avg: float | None = None
     oob: tuple[int, bool] | None = None
     concluded: bool = False

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
+from agentd.base.jsontypes import JsonObject
 from agentd.ncclbench.findings import size_label
+from agentd.ncclbench.job import BenchOutcome
 from agentd.ncclbench.run_history import Delta
 
 _COLUMNS = ["op", "size", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "expected", "min", ""]
@@ -19,7 +21,7 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.rjust(w) if i and i < len(r) - 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
 
 
-def outcome_text(outcome: Any) -> str:
+def outcome_text(outcome: BenchOutcome) -> str:
     run = outcome.run
     lines = [
         f"NCCL benchmark: {run.status}" + (f" ({run.reason})" if run.reason else ""),
@@ -64,7 +66,7 @@ def compare_text(deltas: Sequence[Delta], before_at: float | None, after_at: flo
     return f"compare: before {when(before_at)} -> after {when(after_at)}\n" + "\n".join(_table(rows)) + "\n"
 
 
-def outcome_json(outcome: Any) -> dict[str, Any]:
+def outcome_json(outcome: BenchOutcome) -> JsonObject:
     return {
         "run": outcome.run.model_dump(mode="json"),
         "fabric": outcome.fabric.model_dump(mode="json") if outcome.fabric else None,

@@ -45,7 +45,7 @@ def layout(op: str, size_bytes: int, world: int) -> tuple[int, int, int]:
     return count, count, count * ELEM
 
 
-def _run_op(dist: Any, op: str, send: Any, recv: Any, rank: int, world: int) -> None:
+def _run_op(dist: Any, op: str, send: Any, recv: Any, rank: int, world: int) -> None:  # Any: torch (optional, not type-checked)
     if op == "all_reduce":
         dist.all_reduce(send)
     elif op == "all_gather":
@@ -69,7 +69,7 @@ def _run_op(dist: Any, op: str, send: Any, recv: Any, rank: int, world: int) -> 
         raise ValueError(op)
 
 
-def _check(torch: Any, dist: Any, op: str, send: Any, recv: Any, rank: int, world: int) -> int:
+def _check(torch: Any, dist: Any, op: str, send: Any, recv: Any, rank: int, world: int) -> int:  # Any: torch (optional, not type-checked)
     """Run once on known values; the number of wrong elements on this rank."""
     n_send = send.numel()
     if op in ("all_reduce", "reduce", "reduce_scatter"):
@@ -112,7 +112,7 @@ def _worker(rank: int, world: int, init_file: str, ops: list[str], sizes: list[i
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
     dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    results: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []  # Any: OpResult fields by name, JSON for the parent process
     wrong: list[str] = []
     try:
         for op in ops:

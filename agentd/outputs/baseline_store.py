@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentd.base import recorded
-from agentd.base.atomic import WriteResult, atomic_write, read_regular, sweep_temps
+from agentd.base.atomic import WriteResult, atomic_write, read_regular
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.judging.baseline import Baseline, baseline_from_json, baseline_to_json
 
@@ -66,11 +66,6 @@ def load_recorded_baseline(host: HostRoot) -> Baseline | None:
 
 def save_baseline(path: Path, baseline: Baseline) -> WriteResult:
     return atomic_write(path, baseline_to_json(baseline), mode=0o644)
-
-
-def sweep_baseline_temps(path: Path) -> int:
-    """Remove temp files a writer killed while saving the baseline left behind."""
-    return sweep_temps(path)
 
 
 def reset_baseline(path: Path) -> bool:

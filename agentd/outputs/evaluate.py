@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from agentd.base.memo import same_objects
 from agentd.config import AgentConfig
@@ -17,14 +17,14 @@ from agentd.judging.expected import Expected, expected_values
 from agentd.judging.judge import judge
 from agentd.judging.lifecycle import Tracks, advance
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, NodeSnapshot, counted, overall_status
+from agentd.model import CONTENT_FIELDS, Finding, HistoryEntry, NodeSnapshot, NodeStatus, counted, overall_status
 from agentd.nccl import NcclRender, render_all
 
 
 @dataclass(frozen=True)
 class Evaluation:
     findings: tuple[Finding, ...]
-    status: str
+    status: NodeStatus
     roles: HcaRoles
     expected: Expected
     render: NcclRender | None = None  # when nccl.enabled
@@ -47,7 +47,15 @@ class Evaluation:
 RenderFn = Callable[[NodeSnapshot, Sequence[Finding], AgentConfig, HcaRoles], NcclRender]
 
 
-def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *,
+class EvaluateFn(Protocol):
+    """``evaluate``, or what stands in for it (the tests' fakes): the Evaluator passes its
+    memoised renderer and the lifecycle's tracks, which a fake may ignore."""
+
+    def __call__(self, snap: NodeSnapshot, history: Sequence[HistoryEntry], config: AgentConfig, baseline: Baseline | None, *,
+                 render: RenderFn = ..., tracks: Tracks | None = ...) -> Evaluation: ...
+
+
+def evaluate(snap: NodeSnapshot, history: Sequence[HistoryEntry], config: AgentConfig, baseline: Baseline | None, *,
              render: RenderFn = render_all, tracks: Tracks | None = None) -> Evaluation:
     """Pure: judge the snapshot (agentd.judging.judge, as `agentd check` does), apply the
     lifecycle at the snapshot's time (``tracks``: the previous evaluation's) and render the
@@ -73,7 +81,11 @@ def evaluate(snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentC
     return replace(ev, render=r, nccl_env=r.env.items(), nccl_problems=tuple(r.problems), nccl_file_problems=r.file_problems)
 
 
-_CONTENT = ("system", "pci", "gpus", "hcas", "netdevs", "gdr", "nvml", "kernel", "nccl_conf", "versions", "read_errors")
+# What an evaluation depends on besides the config and the baseline: every content field of
+# the snapshot (agentd.model.SNAPSHOT_FIELDS), compared by identity, and the probes' flags.
+_CONTENT = CONTENT_FIELDS
+# What the NCCL render reads: the same but the kernel log (events are judged, not rendered).
+_RENDERED = tuple(f for f in CONTENT_FIELDS if f != "kernel")
 
 
 def _probe_flags(snap: NodeSnapshot) -> tuple[tuple[str, bool, bool, bool], ...]:
@@ -89,7 +101,7 @@ class Evaluator:
     steady node change nothing; time-dependent findings (rates over a window) are still
     refreshed every ``refresh_s`` (the medium interval)."""
 
-    fn: Callable[..., Evaluation] = evaluate
+    fn: EvaluateFn = evaluate
     hits: int = 0
     # the lifecycle's tracks after the latest evaluation (agentd.judging.lifecycle); set
     # from the persisted history file at start, so a restart keeps every episode
@@ -121,16 +133,13 @@ class Evaluator:
             return ev
         return None
 
-    def __call__(self, snap: NodeSnapshot, history: Sequence[NodeSnapshot], config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> Evaluation:
+    def __call__(self, snap: NodeSnapshot, history: Sequence[HistoryEntry], config: AgentConfig, baseline: Baseline | None, *, refresh_s: float) -> Evaluation:
         now = time.monotonic()
         reused = self._reusable(snap, config, baseline, refresh_s, now)
         if reused is not None:
             self.hits += 1
             return reused
-        if self.fn is evaluate:
-            ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks)
-        else:
-            ev = self.fn(snap, history, config, baseline)
+        ev = self.fn(snap, history, config, baseline, render=self._render, tracks=self.tracks)
         self.tracks = ev.tracks
         self._last = (snap, ev, config, baseline, now)
         return ev
@@ -139,7 +148,7 @@ class Evaluator:
         """render_all, reused while the snapshot content and config are the same objects and
         the findings and roles are equal (a refresh of a steady node's time-dependent
         findings changes nothing the NCCL files say)."""
-        key = (config, *(getattr(snap, f) for f in _CONTENT if f != "kernel"))  # renders read no kernel log
+        key = (config, *(getattr(snap, f) for f in _RENDERED))
         last = self._last_render
         if last is not None and same_objects(last[0], key) and last[1] == tuple(findings) and last[2] == roles:
             return last[3]

@@ -4,10 +4,10 @@
 
     {"format": "agentd-history", "version": 1, "written_at": <unix s>,
      "node": {"machine_id", "hostname", "host_root"}, "boot_id": "...",
-     "snapshots": [<agentd.collection.history.export_entries entries>, oldest first],
+     "snapshots": [<agentd.collection.history_json.export_entries entries>, oldest first],
      "lifecycle": [<JSON objects, kept as given>]}
 
-What rates and flap detection need (agentd.collection.history: per-port states,
+What rates and flap detection need (agentd.collection.history_json: per-port states,
 ``link_downed``, counters at the edges of the rate window) so a restart (an upgrade, an
 OOM kill) neither forgets a port that flapped nor counts its flaps again. Written
 atomically; at most ``MAX_BYTES`` (the oldest snapshots go first, then the oldest lifecycle
@@ -28,10 +28,11 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Literal, Sequence
 
 from agentd.base.atomic import WriteResult, atomic_write, read_fd
-from agentd.collection.history import drop_oldest
+from agentd.base.jsontypes import JsonObject
+from agentd.collection.history_json import drop_oldest
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.system import read_identity
 from agentd.judging.baseline import Baseline, NodeIdentity, foreign_reason
@@ -39,7 +40,7 @@ from agentd.judging.baseline import Baseline, NodeIdentity, foreign_reason
 HISTORY_FILE = "history.json"
 FORMAT = "agentd-history"
 VERSION = 1
-MAX_BYTES = 2 << 20  # ~130 KB on a steady simulated 8-GPU node; the cap keeps a busy one small
+MAX_BYTES = 2 << 20  # far above a steady node's file (docs/node-state.md); the cap keeps a busy one small
 KEEP_ASIDE = 3
 
 LoadStatus = Literal["absent", "loaded", "new_boot", "set_aside"]
@@ -51,8 +52,8 @@ def history_path(state_dir: Path | str) -> Path:
 
 @dataclass
 class LoadedHistory:
-    snapshots: list[dict[str, Any]] = field(default_factory=list)
-    lifecycle: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: list[JsonObject] = field(default_factory=list)
+    lifecycle: list[JsonObject] = field(default_factory=list)
     status: LoadStatus = "absent"
     note: str | None = None  # why it was not loaded (set aside, new boot, unreadable)
     set_aside_to: Path | None = None
@@ -74,16 +75,16 @@ def node_now(host: HostRoot, host_root: str) -> tuple[NodeIdentity, str | None]:
     return NodeIdentity(machine_id=machine_id, hostname=hostname, host_root=host_root), boot_id
 
 
-def _node_json(node: NodeIdentity) -> dict[str, Any]:
+def _node_json(node: NodeIdentity) -> JsonObject:
     return {"machine_id": node.machine_id, "hostname": node.hostname, "host_root": node.host_root}
 
 
-def render_history(*, node: NodeIdentity, boot_id: str | None, snapshots: Sequence[dict[str, Any]],
-                   lifecycle: Sequence[dict[str, Any]], now: float | None = None, max_bytes: int = MAX_BYTES) -> str:
+def render_history(*, node: NodeIdentity, boot_id: str | None, snapshots: Sequence[JsonObject],
+                   lifecycle: Sequence[JsonObject], now: float | None = None, max_bytes: int = MAX_BYTES) -> str:
     """The file's text, at most ``max_bytes``: the oldest snapshots, then the oldest
     lifecycle items, are left out until it fits."""
     snaps, life = list(snapshots), [x for x in lifecycle if isinstance(x, dict)]
-    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "written_at": time.time() if now is None else now,
+    doc: JsonObject = {"format": FORMAT, "version": VERSION, "written_at": time.time() if now is None else now,
                            "node": _node_json(node), "boot_id": boot_id, "snapshots": snaps, "lifecycle": life}
     while True:
         text = json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"
@@ -95,8 +96,8 @@ def render_history(*, node: NodeIdentity, boot_id: str | None, snapshots: Sequen
             doc["lifecycle"] = doc["lifecycle"][max(1, len(doc["lifecycle"]) // 4):]
 
 
-def save_history(path: Path, *, node: NodeIdentity, boot_id: str | None, snapshots: Sequence[dict[str, Any]],
-                 lifecycle: Sequence[dict[str, Any]] = ()) -> WriteResult:
+def save_history(path: Path, *, node: NodeIdentity, boot_id: str | None, snapshots: Sequence[JsonObject],
+                 lifecycle: Sequence[JsonObject] = ()) -> WriteResult:
     """Write the file atomically. Never raises for I/O errors (WriteResult.error); blocking
     file I/O: the daemon calls it in a lane."""
     try:
@@ -132,7 +133,7 @@ def _read(path: Path) -> bytes | None:
     return data
 
 
-def _parse(data: bytes, node: NodeIdentity) -> dict[str, Any]:
+def _parse(data: bytes, node: NodeIdentity) -> JsonObject:
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from agentd.base.atomic import WriteResult, atomic_write, read_regular
+from agentd.base.jsontypes import JsonObject
 from agentd.host.kernel_log import cursor_of
 from agentd.judging.kernel_policy import event_policy
 from agentd.model import KernelEvent, KernelLog
@@ -27,7 +27,7 @@ def cursor_path(state_dir: Path) -> Path:
     return Path(state_dir) / CURSOR_FILE
 
 
-def load_cursor(path: Path) -> dict[str, Any] | None:
+def load_cursor(path: Path) -> JsonObject | None:
     """The cursor at ``path``; None when absent, unreadable or not a cursor."""
     try:
         data = json.loads(read_regular(path, MAX_CURSOR_BYTES))

@@ -23,10 +23,10 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agentd.base.atomic import WriteResult, atomic_write, read_fd
 from agentd.base.escape import printable
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.judging.findings import utc_text
 
 FILE_NAME = "maintenance.json"
@@ -59,7 +59,7 @@ def one_line(text: str, limit: int = REASON_MAX) -> str:
     return " ".join(text.split())[:limit].rstrip()
 
 
-def _time_or(value: Any, default: float) -> float:
+def _time_or(value: JsonValue, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
     try:
@@ -155,7 +155,7 @@ def rfc3339(unix_time: float) -> str:
     return utc_text(unix_time)
 
 
-def maintenance_doc(m: Maintenance) -> dict[str, Any]:
+def maintenance_doc(m: Maintenance) -> JsonObject:
     """The ``maintenance`` object of JSON outputs (``agentd check``, ``agentd maintenance status``)."""
     return {"reason": m.reason, "since": m.since, "by": m.by}
 

@@ -1,6 +1,6 @@
 """Managed files: written only on change, sealed, watched for drift, failures kept.
 
-Built on ``files.atomic_write`` (temp file, fsync, rename, directory fsync), so a failed
+Built on ``agentd.base.atomic.atomic_write`` (temp file, fsync, rename, directory fsync), so a failed
 write always leaves the previous file byte-for-byte.
 
 Seal: agentd appends one comment line ``# agentd-sha256: <hex>`` (``<!-- ... -->`` for

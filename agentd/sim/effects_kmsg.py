@@ -22,12 +22,11 @@ Sources:
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from agentd.base.atomic import read_regular
 from agentd.sim.boot import PROC_UPTIME
 from agentd.sim.node import KMSG
-from agentd.sim.targets import Ctx, Target
+from agentd.sim.targets import Ctx, FaultValue, Restorable, Target
 
 # XID -> the message after "NVRM: Xid (PCI:dddd:bb:dd): N, " as the driver printed it
 XID_TEXTS: dict[int, str] = {
@@ -79,7 +78,7 @@ def _bus(t: Target) -> str:
     return (t.bdf or "0000:00:00.0").rsplit(".", 1)[0]
 
 
-def xid_apply(ctx: Ctx, t: Target, v: Any) -> None:
+def xid_apply(ctx: Ctx, t: Target, v: FaultValue) -> None:
     code = int(v)
     text = XID_TEXTS[code].format(pid=PID, gpu=t.gpu if t.gpu is not None else 0)
     append(ctx, [(4, f"NVRM: Xid (PCI:{_bus(t)}): {code}, {text}")])
@@ -95,21 +94,21 @@ def xid_code(s: str) -> int:
     return v
 
 
-def off_bus_multiline_apply(ctx: Ctx, t: Target, v: Any) -> None:
+def off_bus_multiline_apply(ctx: Ctx, t: Target, v: FaultValue) -> None:
     device = ctx.read(f"sys/bus/pci/devices/{t.bdf}/device").removeprefix("0x") if t.bdf else "2330"
     append(ctx, [(3, OFF_BUS_MULTILINE.format(bdf=t.bdf, device=device))])
 
 
-def mlx5_cmd_timeout_apply(ctx: Ctx, t: Target, v: Any) -> None:
+def mlx5_cmd_timeout_apply(ctx: Ctx, t: Target, v: FaultValue) -> None:
     bdf = t.hca.bdf if t.hca is not None else t.bdf
     append(ctx, [(4, MLX5_CMD_TIMEOUT.format(bdf=bdf))] * int(v))
 
 
-def nothing_to_restore(ctx: Ctx, t: Target, v: Any) -> list[Any]:
+def nothing_to_restore(ctx: Ctx, t: Target, v: FaultValue) -> list[Restorable]:
     return []
 
 
-def the_log(ctx: Ctx, t: Target, v: Any) -> list[str]:
+def the_log(ctx: Ctx, t: Target, v: FaultValue) -> list[str]:
     """What these faults leave where it is on clearing: the log (only grows)."""
     return [KMSG]
 

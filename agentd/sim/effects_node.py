@@ -5,8 +5,9 @@ Same contract as effects_link: apply / restores / advancing per fault kind.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
+from agentd.base.jsontypes import JsonObject
 from agentd.sim.node import driver_version_text, modules_text
 from agentd.sim.pci import pci_device_paths
 from agentd.sim.targets import Ctx, NvmlField, Restorable, Target
@@ -64,7 +65,7 @@ def gdr_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
 # -- NVML -------------------------------------------------------------------------------
 
 
-def _nvml_gpu(ctx: Ctx, data: dict[str, Any], t: Target) -> dict[str, Any]:
+def _nvml_gpu(ctx: Ctx, data: JsonObject, t: Target) -> JsonObject:
     g = ctx.nvml_gpu(data, t.bdf)  # type: ignore[arg-type]
     if g is None:
         raise ValueError(f"{t.name} ({t.bdf}) is not in nvml.json (gpu_removed applied?)")
@@ -160,7 +161,7 @@ def top_field(key: str) -> Callable[[Ctx, Target, object], list[NvmlField]]:
     return lambda ctx, t, v: [NvmlField(None, (key,))]
 
 
-def _fabric_gpus(ctx: Ctx, t: Target, data: dict[str, Any]) -> list[dict[str, Any]]:
+def _fabric_gpus(ctx: Ctx, t: Target, data: JsonObject) -> list[JsonObject]:
     if not ctx.profile.has_fabric:
         raise ValueError("the profile's GPUs are in no NVLink fabric (no NVSwitch, local or in the rack)")
     found = (ctx.nvml_gpu(data, ctx.profile.gpu_bdfs[i]) for i in t.gpus)

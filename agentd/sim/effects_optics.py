@@ -8,6 +8,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from agentd.base.jsontypes import JsonObject
 from agentd.base.sff import PAGE_SIZE, POWER_PER_W, TEMP_PER_C, THRESHOLD_ORDER, Cmis
 from agentd.sim import effects_link
 from agentd.sim.optics import (
@@ -37,7 +38,7 @@ def _answers(ctx: Ctx, netdev: str) -> dict[str, Any]:  # Any: JSON-shaped
     p = ctx.path(answers_path(netdev))
     if not p.is_file():
         raise ValueError(f"{answers_path(netdev)} does not exist (not an mlx5 Ethernet netdev, or removed by another fault)")
-    doc: dict[str, Any] = json.loads(p.read_text())
+    doc: JsonObject = json.loads(p.read_text())
     return doc
 
 

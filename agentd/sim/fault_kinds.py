@@ -9,7 +9,7 @@ means a counter that clearing leaves where it is (see agentd.sim.faults).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from agentd.sim import effects_kmsg as K
 from agentd.sim import effects_link as L
@@ -18,11 +18,11 @@ from agentd.sim import effects_optics as O
 from agentd.sim import effects_qos as Q
 from agentd.sim.node import KMSG
 from agentd.sim.pcicfg import ACS_KERNEL_ENABLE
-from agentd.sim.targets import Ctx, Restorable, Target
+from agentd.sim.targets import Ctx, FaultValue, Restorable, Target
 
-Apply = Callable[[Ctx, Target, Any], None]
-Paths = Callable[[Ctx, Target, Any], Sequence[Restorable]]  # what clearing copies back
-Advancing = Callable[[Ctx, Target, Any], Sequence[str]]  # counters clearing leaves where they are
+Apply = Callable[[Ctx, Target, FaultValue], None]
+Paths = Callable[[Ctx, Target, FaultValue], Sequence[Restorable]]  # what clearing copies back
+Advancing = Callable[[Ctx, Target, FaultValue], Sequence[str]]  # counters clearing leaves where they are
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,16 @@ class Kind:
     help: str
     apply: Apply
     restores: Paths
-    value: Callable[[str], Any] | None = None  # parses VALUE (ValueError if bad); None: takes none
-    default: Callable[[Ctx, Target], Any] | None = None
+    value: Callable[[str], FaultValue] | None = None  # parses VALUE (ValueError if bad); None: takes none
+    default: Callable[[Ctx, Target], FaultValue] | None = None
     value_help: str = ""
     advancing: Advancing | None = None
     on_clear: Callable[[Ctx, Target], None] | None = None
     links: bool = False  # target may carry ":LINK"
     port_files: tuple[str, ...] = ()  # file kinds: files of a port target
-    fmt: Callable[[Any], str] = str  # how a parsed value is written back into a spec
+    fmt: Callable[[FaultValue], str] = str  # how a parsed value is written back into a spec
 
-    def format_value(self, value: Any) -> str | None:
+    def format_value(self, value: FaultValue) -> str | None:
         return None if value is None else self.fmt(value)
 
 
@@ -89,11 +89,11 @@ def _seconds(s: str) -> float:
     return v
 
 
-def _const(v: Any) -> Callable[[Ctx, Target], Any]:
+def _const(v: FaultValue) -> Callable[[Ctx, Target], FaultValue]:
     return lambda ctx, t: v
 
 
-def _none(ctx: Ctx, t: Target, v: Any) -> list[str]:
+def _none(ctx: Ctx, t: Target, v: FaultValue) -> list[str]:
     return []
 
 

@@ -34,12 +34,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from agentd.base.jsontypes import JsonObject
 from agentd.sim.fault_kinds import KINDS, Kind
 from agentd.sim.pci import pci_layout
 from agentd.sim.pristine import MARKER, get_profile, pristine_root
-from agentd.sim.targets import Ctx, NvmlField, Target, resolve_target
+from agentd.sim.targets import Ctx, FaultValue, NvmlField, Target, resolve_target
 from agentd.sim.tree import restore_path
 
 __all__ = ["Fault", "parse_fault", "apply_fault", "clear_fault", "applied_faults", "advancing_paths", "touched_paths", "FAULT_KINDS"]
@@ -106,19 +106,19 @@ def parse_fault(spec: str | Fault) -> Fault:
 # the root
 
 
-def _load_marker(root: Path) -> dict[str, Any]:
+def _load_marker(root: Path) -> JsonObject:
     p = root / MARKER
     if not p.is_file():
         raise ValueError(f"{root} is not a simulator root (no {MARKER})")
-    marker: dict[str, Any] = json.loads(p.read_text())
+    marker: JsonObject = json.loads(p.read_text())
     return marker
 
 
-def _save_marker(root: Path, data: dict[str, Any]) -> None:
+def _save_marker(root: Path, data: JsonObject) -> None:
     (root / MARKER).write_text(json.dumps(data, indent=2) + "\n")
 
 
-def _ctx(root: str | Path) -> tuple[Ctx, dict[str, Any]]:
+def _ctx(root: str | Path) -> tuple[Ctx, JsonObject]:
     r = Path(root).absolute()
     marker = _load_marker(r)
     profile = get_profile(marker["profile"])
@@ -137,7 +137,7 @@ def _resolve(ctx: Ctx, fault: Fault) -> Target:
         raise ValueError(f"fault {fault.spec!r} on profile {ctx.profile.name}: {e}") from None
 
 
-def _value(ctx: Ctx, fault: Fault, target: Target) -> Any:
+def _value(ctx: Ctx, fault: Fault, target: Target) -> FaultValue:
     kind = KINDS[fault.kind]
     value = kind.value(fault.value) if kind.value and fault.value is not None else None
     if value is None and kind.default is not None:
@@ -145,7 +145,7 @@ def _value(ctx: Ctx, fault: Fault, target: Target) -> Any:
     return value
 
 
-def _recorded(kind: Kind, text: str | None) -> Any:
+def _recorded(kind: Kind, text: str | None) -> FaultValue:
     return kind.value(text) if kind.value and text is not None else None
 
 
@@ -166,7 +166,7 @@ def apply_fault(root: str | Path, spec: str | Fault) -> Fault:
     return Fault(fault.kind, None if kind.target == "none" else target.name, shown)
 
 
-def _matches(entry: dict[str, Any], fault: Fault, target: Target) -> bool:
+def _matches(entry: JsonObject, fault: Fault, target: Target) -> bool:
     if entry["kind"] != fault.kind or entry["target"] != target.name:
         return False
     kind = KINDS[fault.kind]

@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
+from agentd.base.jsontypes import JsonObject
 from agentd.sim.profiles import Profile
 from agentd.sim.tree import cpumask, parse_cpulist, symlink, write_attr, write_bytes
 
@@ -169,7 +169,7 @@ def cluster_uuid(profile: Profile) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"agentd-sim/{profile.name}"))
 
 
-def nvml_data(profile: Profile) -> dict[str, Any]:
+def nvml_data(profile: Profile) -> JsonObject:
     """What NVML answers. NVSwitch profiles (HGX H100): links to the local NVSwitches,
     fabric State/Status only (driver 535/550 nvidia-smi shows no clique or health there).
     rack_nvlink profiles (GB200 NVL): links to the rack's switch trays (remote bus id
@@ -215,7 +215,7 @@ def nvml_data(profile: Profile) -> dict[str, Any]:
     return {"driver_version": profile.driver_version, "cuda_driver_version": profile.cuda_driver_version, "gpus": gpus}
 
 
-def write_nvml(root: Path, data: dict[str, Any]) -> None:
+def write_nvml(root: Path, data: JsonObject) -> None:
     write_attr(root / ".agentd/nvml.json", json.dumps(data, indent=2))
 
 

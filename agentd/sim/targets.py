@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.sim.net import format_ethtool, netdev_dir, parse_ethtool
 from agentd.sim.pci import PciNode
 from agentd.sim.pristine import pristine_root
@@ -41,11 +42,14 @@ class NvmlField:
     """A field of nvml.json: ``bdf`` None = top-level key ``path[0]``; ``path`` () = the whole GPU entry."""
 
     bdf: str | None
-    path: tuple[Any, ...] = ()
+    path: tuple[str | int, ...] = ()  # keys and list indexes, outermost first
 
 
 # What clearing a fault copies back from the pristine tree: a path under the root, or a field of nvml.json.
 Restorable = str | NvmlField
+# A fault's VALUE as its kind parsed it (fault_kinds.Kind.value: an int, a float, a string,
+# None), each kind's effects reading their own: a table of kinds cannot say which per entry.
+FaultValue = Any  # Any: one type per fault kind (above)
 
 
 @dataclass(frozen=True)
@@ -112,21 +116,21 @@ class Ctx:
         write_attr(p, format_ethtool(stats), newline=False)
 
     # -- nvml.json --------------------------------------------------------------
-    def nvml(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.path(NVML).read_text())
+    def nvml(self) -> JsonObject:
+        data: JsonObject = json.loads(self.path(NVML).read_text())
         return data
 
-    def save_nvml(self, data: dict[str, Any]) -> None:
+    def save_nvml(self, data: JsonObject) -> None:
         write_attr(self.path(NVML), json.dumps(data, indent=2))
 
-    def nvml_gpu(self, data: dict[str, Any], bdf: str) -> dict[str, Any] | None:
+    def nvml_gpu(self, data: JsonObject, bdf: str) -> JsonObject | None:
         return next((g for g in data["gpus"] if g["pci_bus_id"] == bdf), None)
 
-    def restore_nvml(self, pristine: dict[str, Any], fields: list[NvmlField]) -> None:
+    def restore_nvml(self, pristine: JsonObject, fields: list[NvmlField]) -> None:
         data = self.nvml()
         for f in fields:
             if f.bdf is None:
-                key = f.path[0]
+                key = str(f.path[0])
                 if key in pristine:
                     data[key] = pristine[key]
                 else:
@@ -139,12 +143,14 @@ class Ctx:
                 for i, g in enumerate(data["gpus"]):
                     g["index"] = i
                 continue
-            dst = self.nvml_gpu(data, f.bdf)
-            if dst is None or src is None:
+            gpu = self.nvml_gpu(data, f.bdf)
+            if gpu is None or src is None:
                 continue
+            frm: JsonValue = src
+            to: JsonValue = gpu
             for k in f.path[:-1]:
-                src, dst = src[k], dst[k]
-            dst[f.path[-1]] = src[f.path[-1]]
+                frm, to = frm[k], to[k]
+            to[f.path[-1]] = frm[f.path[-1]]
         self.save_nvml(data)
 
 

@@ -98,6 +98,7 @@ def spawn(*args: str) -> subprocess.Popen:
 
 
 # -- (a) concurrent writers and readers -----------------------------------------------
+@pytest.mark.proc
 def test_concurrent_writers_readers_always_see_one_complete_version(tmp_path):
     path = tmp_path / "nccl.env"
     atomic_write(path, make_version("initial", 1000))
@@ -148,6 +149,7 @@ def test_concurrent_writers_readers_always_see_one_complete_version(tmp_path):
 
 
 # -- (b) SIGKILL in the middle of a write loop ---------------------------------------
+@pytest.mark.proc
 def test_sigkilled_writer_leaves_a_complete_version(tmp_path):
     path = tmp_path / "nccl.env"
     rnd = random.Random(7)
@@ -220,6 +222,7 @@ def fill(where: Path) -> Path:
     return filler
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("how", ["full", "read-only"])
 def test_full_or_read_only_filesystem_keeps_the_previous_file(tmp_path, how):
     with tiny_tmpfs(tmp_path / "mnt") as mnt:

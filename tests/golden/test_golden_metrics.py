@@ -30,7 +30,7 @@ import pytest
 
 from tests.support.daemon_harness import Agent, at_rest, poll, sample
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e]
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "h100-ib.metrics"

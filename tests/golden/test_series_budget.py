@@ -24,7 +24,7 @@ from agentd.metrics.budget import H100_IB_LIMIT
 from agentd.outputs.evaluate import evaluate
 from agentd.sim import profile_large
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "h100-ib.metrics"

@@ -129,6 +129,7 @@ def test_required_content(path):
             assert "agentd_bench_nccl_bus_bandwidth_bytes_per_second" in used
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
 def test_every_expression_parses_with_promtool():
     exprs = {}

@@ -38,12 +38,14 @@ def variant(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
+@pytest.mark.proc
 @needs_promtool
 def test_promtool_check_rules():
     res = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "SUCCESS" in res.stdout, res.stdout + res.stderr
 
 
+@pytest.mark.proc
 @needs_promtool
 @pytest.mark.parametrize("path", RULE_TESTS, ids=[p.name for p in RULE_TESTS])
 def test_promtool_unit_tests(path):
@@ -106,6 +108,7 @@ def test_every_alert_has_a_firing_and_a_not_firing_unit_test():
     assert not missing_firing, f"rule variants without a firing case: {missing_firing}"
 
 
+@pytest.mark.proc
 @needs_promtool
 def test_fleet_peer_label_is_configurable_with_the_documented_sed(tmp_path):
     """The peer group is the `cluster` label; grafana/README.md says to replace it from the

@@ -191,6 +191,7 @@ def test_env_sh_layout():
     assert text.endswith("\n") and "\r" not in text
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("shell", ["bash", "dash"])
 def test_sourced_by_a_real_shell_child_sees_every_value(tmp_path, shell):
     if shutil.which(shell) is None:

@@ -69,6 +69,7 @@ SAMPLE = (
 )
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(not GENERATOR.exists(), reason="systemd environment.d generator not installed")
 def test_systemd_reader_matches_real_systemd(tmp_path):
     """systemd's environment.d generator uses the same env-file parser as EnvironmentFile=
@@ -92,6 +93,7 @@ def test_systemd_reader_matches_real_systemd(tmp_path):
     assert {k: real[k] for k in mine} == mine
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(shutil.which("docker") is None, reason="docker CLI not installed")
 def test_docker_cli_accepts_the_sample(tmp_path):
     """The docker CLI parses --env-file before it contacts the daemon: a file it rejects

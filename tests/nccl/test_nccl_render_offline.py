@@ -19,6 +19,8 @@ from agentd.nccl.xmlcheck import scan_topo_xml
 from agentd.nccl.xmlreader import Element, NcclXmlReader
 from tests.support.fixtures import FIXTURES
 
+pytestmark = pytest.mark.tree
+
 CPUINFO = FIXTURES / "cpuinfo"
 TOPO = "nccl-topo.xml"
 

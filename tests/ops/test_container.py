@@ -15,10 +15,13 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+
+pytestmark = pytest.mark.packaging
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINERFILE = REPO / "packaging" / "container" / "Containerfile"
@@ -161,6 +164,7 @@ def _sh(cmd: list[str], **kw) -> None:
     assert proc.returncode == 0, f"{cmd}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
+@pytest.mark.proc
 def test_recipe_python_steps_install_from_the_locks(tmp_path: Path) -> None:
     """The Containerfile's pip steps, in order, in a fresh venv of this interpreter
     (needs PyPI, as the image build does)."""

@@ -1,10 +1,13 @@
 """The Debian package: build it, install it for real, use it, remove it, purge it, and
 check the machine is as it was.
 
-Needs root, dpkg and a machine where installing is harmless: it is skipped when systemd
-is running (the package would start the service) or when agentd, its user or its paths
-already exist (it would clobber a real installation). Whatever happens, the package is
-purged at the end.
+It installs a package on the machine the tests run on, so it runs only when asked:
+``TEST_SYSTEM_INSTALL=1`` (``.ci/run`` sets it; CI's machine is thrown away after the run).
+A plain ``make test`` never changes the machine outside its temporary directories. Even
+when asked it needs root, dpkg and a machine where installing is harmless: it is skipped
+when systemd is running (the package would start the service) or when agentd, its user or
+its paths already exist (it would clobber a real installation). Whatever happens, the
+package is purged at the end.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ IGNORED = {"/etc/passwd-", "/etc/group-", "/etc/shadow-", "/etc/gshadow-", "/etc
 
 
 def _why_not() -> str | None:
+    if os.environ.get("TEST_SYSTEM_INSTALL") != "1":
+        return "installs agentd on this machine: set TEST_SYSTEM_INSTALL=1 to run it (CI does)"
     if os.geteuid() != 0:
         return "needs root (dpkg -i)"
     for tool in ("dpkg", "dpkg-deb", "md5sum"):
@@ -55,7 +60,7 @@ def _not_clean() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+pytestmark = [pytest.mark.skipif(_why_not() is not None, reason=_why_not() or ""), pytest.mark.packaging, pytest.mark.proc]
 
 
 def _tree() -> set[str]:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.packaging
+
 REPO = Path(__file__).resolve().parents[2]
 DEB_DIR = REPO / "packaging" / "deb"
 CHANGELOG = DEB_DIR / "changelog"
@@ -59,6 +61,7 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.proc
 def test_lintian_reports_no_error_or_warning(deb: Path, tmp_path: Path) -> None:
     # TMPDIR: lintian leaves its mldbm-elf-* scratch files behind in the temp directory.
     proc = subprocess.run(
@@ -68,6 +71,7 @@ def test_lintian_reports_no_error_or_warning(deb: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"lintian exit {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
 
 
+@pytest.mark.proc
 def test_depends_names_libc_adduser_and_the_interpreter(deb: Path) -> None:
     depends = subprocess.run(["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True, text=True, check=True).stdout
     names = {alt.split()[0] for dep in depends.split(",") for alt in dep.split("|") if alt.strip()}
@@ -75,6 +79,7 @@ def test_depends_names_libc_adduser_and_the_interpreter(deb: Path) -> None:
     assert any(re.fullmatch(r"python3\.\d+", n) for n in names), depends
 
 
+@pytest.mark.proc
 def test_package_layout(deb: Path) -> None:
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
     paths = {line.split()[5].removeprefix(".") for line in listing.splitlines()}

@@ -21,6 +21,9 @@ import pytest
 import yaml
 
 from agentd.config import load_config
+from tests.support.crd import structural as _structural
+
+pytestmark = pytest.mark.packaging
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "packaging" / "helm" / "agentd"
@@ -34,6 +37,7 @@ RELEASE, NAMESPACE = "agentd", "gpu-monitoring"
 # The chart's kubeVersion floor, a current release, and the newest kubernetes-validate has.
 KUBE_VERSIONS = ("1.25.0", "1.30.0", "1.37.0")
 MONITORING = {"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"}
+CRD_KINDS = {*MONITORING, "NodeFeatureRule"}  # validated against vendored CRD schemas, not Kubernetes' own
 
 
 def _sync_module() -> Any:
@@ -143,30 +147,10 @@ def test_values_schema_rejects_wrong_values(values: dict) -> None:
 @pytest.mark.parametrize("version", KUBE_VERSIONS)
 def test_core_objects_validate_strictly(case: tuple[str, list[dict]], version: str) -> None:
     _name, objs = case
-    core = [o for o in objs if o["kind"] not in MONITORING]
+    core = [o for o in objs if o["kind"] not in CRD_KINDS]
     assert {o["kind"] for o in core} >= {"ServiceAccount", "ConfigMap", "DaemonSet"}
     for obj in core:
         kubernetes_validate.validate(obj, version, strict=True)
-
-
-def _structural(schema: Any) -> Any:
-    """A CRD's openAPIV3Schema as the API server applies it, for jsonschema: int-or-string
-    is either; an object with listed properties drops unknown fields (structural pruning),
-    which for our own objects means a misspelt key silently does nothing, so fail on it."""
-    if isinstance(schema, list):
-        return [_structural(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _structural(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-    if isinstance(out.get("pattern"), str):
-        # Go's RE2 takes inline flags anywhere ("^(?i)..."); Python only at the start.
-        out["pattern"] = re.sub(r"^\^\(\?([a-z]+)\)", r"(?\1)^", out["pattern"])
-    if schema.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out["oneOf"] = [{"type": "integer"}, {"type": "string"}]
-    if "properties" in schema and "additionalProperties" not in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-        out["additionalProperties"] = False
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -309,6 +293,9 @@ def test_labels_and_additional_labels(case: tuple[str, list[dict]]) -> None:
         assert labels["helm.sh/chart"] == f"agentd-{VERSION}"
         assert labels["app.kubernetes.io/name"] == "agentd" and labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        if obj["kind"] == "NodeFeatureRule":  # cluster-scoped
+            assert "namespace" not in obj["metadata"]
+            continue
         assert obj["metadata"]["namespace"] == ("monitoring" if name == "full" and obj["kind"] == "ConfigMap" and "agentd.toml" not in obj["data"] else NAMESPACE)
         assert ("release" in labels) == (name == "full" and obj["kind"] in MONITORING)
         if "release" in labels:
@@ -351,14 +338,14 @@ def test_nvml_modes(mode: str) -> None:
     assert annotations.get("cdi.k8s.io/agentd") == ("nvidia.com/gpu=all" if mode == "cdi" else None)
     assert _agentd(objs)["securityContext"]["privileged"] is False
     for obj in objs:
-        if obj["kind"] not in MONITORING:
+        if obj["kind"] not in CRD_KINDS:
             kubernetes_validate.validate(obj, "1.30.0", strict=True)
 
 
 def test_kernel_log_and_udev(full: list[dict]) -> None:
     sc = _agentd(full)["securityContext"]
     assert sc["privileged"] is True and sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False
-    assert "SYSLOG" in sc["capabilities"]["add"]
+    assert "capabilities" not in sc  # privileged uid 0 has them all: a list would only pretend otherwise
     mounts, volumes = _mounts(full), _volumes(full)
     assert volumes[mounts["/dev/kmsg"]["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
     assert mounts["/run/udev"]["readOnly"] is True

@@ -21,6 +21,8 @@ from agentd.outputs.nfd import (
     write_nfd_features,
 )
 
+pytestmark = pytest.mark.packaging
+
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 # Kubernetes qualified label name: optional DNS-subdomain prefix + '/' + name (<= 63).
 LABEL_NAME_RE = re.compile(r"^(?:[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")

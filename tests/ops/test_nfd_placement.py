@@ -17,6 +17,8 @@ from agentd.outputs.writer import NfdKeeper
 from tests.support.check_snapshots import node, with_hca
 from tests.support.placement_snapshots import COMPUTE, DOMAIN_ID, fabric_finding, gb200_tray
 
+pytestmark = pytest.mark.packaging
+
 # Kubernetes qualified label name: optional DNS-subdomain prefix + '/' + name part (<= 63).
 LABEL_NAME_RE = re.compile(r"^(?:[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 COMPUTE_H100 = HcaRoles(compute=tuple(f"mlx5_{i}" for i in range(8)), other=("mlx5_8",), source="config")

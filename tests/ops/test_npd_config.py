@@ -8,7 +8,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from agentd import cli, npd
+
+pytestmark = pytest.mark.packaging
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "packaging" / "k8s" / "npd" / "agentd-plugin-monitor.json"

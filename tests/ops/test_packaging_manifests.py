@@ -14,6 +14,8 @@ import pytest
 
 from agentd.config import load_config
 
+pytestmark = pytest.mark.packaging
+
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "packaging" / "rpm" / "agentd.spec"
 DAEMONSET = REPO / "packaging" / "k8s" / "daemonset.yaml"
@@ -23,6 +25,7 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 # --- RPM -------------------------------------------------------------------------
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(shutil.which("rpmspec") is None, reason="rpmspec not installed (Debian package: rpm)")
 def test_rpm_spec_parses_with_the_project_version() -> None:
     proc = subprocess.run(["rpmspec", "-P", str(SPEC)], capture_output=True, text=True)
@@ -158,6 +161,7 @@ SCRIPTS = [
 ] + [REPO / "packaging" / "slurm" / "agentd-healthcheck"]
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_shell_scripts_are_posix_sh(script: Path) -> None:
     assert script.read_text().startswith("#!/bin/sh\n")

@@ -33,10 +33,10 @@ LIBDIR = "/usr/lib/agentd"
 # The build's PATH: the distribution's interpreter and its pip, not a virtualenv's.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     shutil.which("rpmbuild") is None or shutil.which("rpmlint") is None,
     reason="rpmbuild or rpmlint not installed (Debian packages: rpm, rpmlint)",
-)
+), pytest.mark.packaging]
 
 
 def _system_python() -> str:
@@ -116,6 +116,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         shutil.rmtree(top, ignore_errors=True)  # some 100 MB: not left for pytest's basetemp
 
 
+@pytest.mark.proc
 def test_rpmlint_is_clean_with_the_packages_filters(built: Built) -> None:
     proc = subprocess.run(["rpmlint", "-r", str(RPMLINTRC), str(built.rpm), str(SPEC)], capture_output=True, text=True)
     out = proc.stdout + proc.stderr
@@ -123,6 +124,7 @@ def test_rpmlint_is_clean_with_the_packages_filters(built: Built) -> None:
     assert proc.returncode == 0, out
 
 
+@pytest.mark.proc
 def test_payload_layout(built: Built) -> None:
     files = set(_rpm_q(built, "-l").split())
     for path in (
@@ -145,6 +147,7 @@ def test_payload_layout(built: Built) -> None:
     assert flags["/usr/lib/systemd/system/agentd.service"] == ""  # overwritten on upgrade
 
 
+@pytest.mark.proc
 def test_ownership_and_modes(built: Built) -> None:
     rows = [line.split() for line in _rpm_q(built, "--qf", "[%{FILENAMES} %{FILEUSERNAME} %{FILEGROUPNAME} %{FILEMODES:perms}\n]").splitlines()]
     owned = {r[0]: (r[1], r[2], r[3]) for r in rows}
@@ -167,6 +170,7 @@ def _scriptlets(built: Built) -> dict[str, str]:
     return out
 
 
+@pytest.mark.proc
 def test_scriptlets_are_plain_shell_with_the_systemd_handling(built: Built) -> None:
     listing = _rpm_q(built, "--scripts")
     for header in ("preinstall scriptlet", "postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet"):
@@ -217,6 +221,7 @@ def _tree(root: Path) -> tuple[Path, Path, list[Path], list[Path]]:
     return nccl, state, ours, theirs
 
 
+@pytest.mark.proc
 def test_erase_removes_what_agentd_wrote_and_nothing_else(built: Built, tmp_path: Path) -> None:
     nccl, state, ours, theirs = _tree(tmp_path)
     script = _postun_in(tmp_path, built)
@@ -230,6 +235,7 @@ def test_erase_removes_what_agentd_wrote_and_nothing_else(built: Built, tmp_path
     assert sorted(p.name for p in nccl.iterdir()) == ["site.conf"]  # not empty: kept
 
 
+@pytest.mark.proc
 def test_upgrade_postun_keeps_everything(built: Built, tmp_path: Path) -> None:
     nccl, state, ours, theirs = _tree(tmp_path)
     script = _postun_in(tmp_path, built)
@@ -239,6 +245,7 @@ def test_upgrade_postun_keeps_everything(built: Built, tmp_path: Path) -> None:
     assert (state / "state.json").exists() and (tmp_path / "etc" / "nccl.env").is_symlink()
 
 
+@pytest.mark.proc
 def test_erase_removes_an_emptied_etc_nccl(built: Built, tmp_path: Path) -> None:
     nccl, _state, _ours, theirs = _tree(tmp_path)
     for p in theirs:
@@ -266,6 +273,7 @@ def test_library_holds_agentd_and_exactly_the_locked_dependencies(built: Built) 
     assert set(installed) == _lock_names()
 
 
+@pytest.mark.proc
 def test_extracted_launcher_runs_agentd(built: Built, tmp_path: Path) -> None:
     launcher = (built.root / "usr/bin/agentd").read_text()
     first, _, body = launcher.partition("\n")
@@ -281,7 +289,7 @@ def test_extracted_launcher_runs_agentd(built: Built, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"agentd {VERSION}"
     # Every runtime dependency imports from the payload alone (-S: no site-packages).
-    modules = ["aiohttp", "prometheus_client", "pydantic", "pydantic_core", "structlog", "psutil", "pyudev", "pynvml", "yaml", "bcrypt"]
+    modules = ["aiohttp", "pydantic", "pydantic_core", "structlog", "psutil", "pyudev", "pynvml", "yaml", "bcrypt"]
     code = (
         f"import sys; sys.path.insert(0, {str(built.root / LIBDIR.lstrip('/'))!r}); import agentd.cli, agentd.daemon; " + "; ".join(f"import {m}" for m in modules) + "; print(pydantic_core.__file__)"
     )

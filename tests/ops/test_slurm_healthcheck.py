@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.packaging, pytest.mark.proc]
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "packaging" / "slurm" / "agentd-healthcheck"
 SHELL = shutil.which("dash") or "/bin/sh"

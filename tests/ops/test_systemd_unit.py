@@ -20,6 +20,8 @@ import pytest
 
 from agentd.config import AgentConfig, load_config
 
+pytestmark = pytest.mark.packaging
+
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "systemd"
 UNIT = SYSTEMD / "agentd.service"
@@ -69,6 +71,7 @@ def _exposure(unit: Path) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.proc
 @needs_analyze
 def test_security_exposure_within_threshold(tmp_path: Path) -> None:
     unit = _install(tmp_path)
@@ -79,6 +82,7 @@ def test_security_exposure_within_threshold(tmp_path: Path) -> None:
     assert score <= MAX_EXPOSURE
 
 
+@pytest.mark.proc
 @needs_analyze
 @pytest.mark.parametrize("dropins", [[], *([p] for p in DROPINS), DROPINS], ids=["unit", *(p.name for p in DROPINS), "all"])
 def test_verify_is_clean(tmp_path: Path, dropins: list[Path]) -> None:
@@ -87,6 +91,7 @@ def test_verify_is_clean(tmp_path: Path, dropins: list[Path]) -> None:
     assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
 
 
+@pytest.mark.proc
 @needs_analyze
 @pytest.mark.parametrize("dropin", DROPINS, ids=lambda p: p.name)
 def test_drop_ins_keep_exposure_within_threshold(tmp_path: Path, dropin: Path) -> None:
@@ -142,6 +147,7 @@ def _systemd_expand(argv: list[str], env: dict[str, str]) -> list[str]:
     return out
 
 
+@pytest.mark.proc
 def test_reload_signals_the_main_process_without_a_kill_binary() -> None:
     """ExecReload= run as systemd runs it: its words expanded, MAINPID in the control
     process's environment (systemd.exec(5)), and a PATH where no kill(1) can be found."""
@@ -258,6 +264,7 @@ def test_example_config_documents_every_setting() -> None:
     assert missing == []
 
 
+@pytest.mark.proc
 @needs_analyze
 def test_verify_would_report_a_broken_drop_in(tmp_path: Path) -> None:
     """Control for test_verify_is_clean: drop-ins beside the copied unit are read."""

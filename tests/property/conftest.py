@@ -5,7 +5,9 @@ module decorates its tests with ``@settings(PROFILE)`` (``PROFILE = settings.get
 ("agentd")``), so loading this conftest never changes Hypothesis settings for tests in
 other directories (they keep Hypothesis' defaults or their own ``@settings``).
 
-``AGENTD_HYPOTHESIS_EXAMPLES`` sets examples per test (default 200; CI uses the default).
+``HYPOTHESIS_EXAMPLES`` sets examples per test (default 200; CI uses the default, ``make
+test-fast`` 20). It is a test knob, so it stays out of ``AGENTD_*``: every ``AGENTD_*``
+variable is agentd's own configuration, and an unknown one fails ``load_config``.
 Tests that run a whole collection per example take a fraction of it (see their settings).
 ``derandomize=True`` makes every run try the same inputs, so CI failures reproduce
 locally; ``deadline=None`` because a loaded CI runner must not turn slowness into failure.
@@ -18,7 +20,7 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-EXAMPLES = int(os.environ.get("AGENTD_HYPOTHESIS_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "200"))
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=True)
 
 settings.register_profile("agentd-ci", max_examples=EXAMPLES, derandomize=True, database=None, **_COMMON)

@@ -14,9 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentd.base import recorded
 from agentd.host import modules, nvml, pci, system
 from agentd.host.fs import HostRoot, ReadContext
 from agentd.model import NvmlInfo
+from tests.support.recorded_root import answers_dir
 
 PROFILE = settings.get_profile("agentd")  # registered in conftest.py
 
@@ -154,13 +156,13 @@ NVML_KEYS = ["available", "driver_version", "cuda_driver_version", "gpus", "erro
 GPU_KEYS = ["index", "pci_bus_id", "name", "uuid", "nvlinks", "fabric_state", "fabric_status", "error"]
 
 
-SIM_FILE = ".agentd-sim/nvml.json"  # the older simulator layout, still read (agentd.base.recorded)
+SIM_FILE = f"{recorded.DIR}/{recorded.NVML}"  # a simulated root's recorded NVML answer (agentd.base.recorded)
 
 
 @pytest.fixture(scope="module")
 def sim_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("nvmlroot")
-    (root / ".agentd-sim").mkdir()
+    answers_dir(root)
     return root
 
 

@@ -88,6 +88,7 @@ def check(snap: NodeSnapshot) -> None:
 edits = st.lists(st.tuples(st.integers(0, 10**6), st.none() | garbage), min_size=1, max_size=6)
 
 
+@pytest.mark.tree
 @settings(PROFILE, max_examples=max(10, BUDGET // 4))
 @given(edits)
 def test_garbage_files_pcie_node(trees: dict, edit_list: list[tuple[int, bytes | None]]) -> None:

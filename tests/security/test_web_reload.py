@@ -35,15 +35,23 @@ class FakeCollector:
     async def run(self, names: Any, *, quick: bool = False) -> None:
         return None
 
+    kernel_source = None
+
     def snapshot(self) -> Any:
         return fixtures.snapshot(time.time())
+
+    def snapshot_job(self) -> Any:
+        return self.snapshot
+
+    def steady_snapshot(self) -> Any:
+        return None
 
     def with_config(self, config: AgentConfig) -> FakeCollector:
         self.config = config
         return self
 
 
-def fake_evaluate(snap: Any, history: Any, config: Any, baseline: Any) -> Evaluation:
+def fake_evaluate(snap: Any, history: Any, config: Any, baseline: Any, **_: Any) -> Evaluation:
     return Evaluation(findings=(), status="ok", roles=HcaRoles(("mlx5_0",), ("mlx5_1",), "inferred"), expected=Expected())
 
 
@@ -123,6 +131,7 @@ def issue_server_cert(ca_dir: Path, out: Path) -> None:
              "-days", "2", "-extfile", "ext.cnf", "-extensions", "server", "-out", str(out / "tls.pem"), cwd=ca_dir)
 
 
+@pytest.mark.proc
 async def test_reload_serves_a_rotated_certificate_and_can_turn_tls_on(pki: Path, tmp_path: Path) -> None:  # noqa: F811
     web = tmp_path / "web.yml"
     web.write_text(f"basic_auth_users:\n  alice: {HASH}\n")  # plain HTTP first

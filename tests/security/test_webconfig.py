@@ -104,6 +104,7 @@ basic_auth_users:
 """
 
 
+@pytest.mark.proc
 async def test_tls_and_basic_auth(pki: Path) -> None:
     cfg = load_web_config(config_in(pki, TLS_AUTH))
     tls = client_ctx(pki)

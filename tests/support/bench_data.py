@@ -1,10 +1,10 @@
-"""Captured benchmark outputs for the NCCL benchmark tests (tests/bench/data)."""
+"""Captured benchmark outputs for the NCCL benchmark tests (tests/ncclbench/data)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from tests.support.paths import TESTS
 
-DATA = Path(__file__).resolve().parents[1] / "bench" / "data"
+DATA = TESTS / "ncclbench" / "data"
 
 
 def data(name: str) -> str:

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Literal, Sequence
 from agentd.config import AgentConfig
 from agentd.judging.baseline import Baseline
 from agentd.judging.roles import HcaRoles, hca_roles
-from agentd.model import IbPort, Netdev, NodeSnapshot, Severity
+from agentd.model import HistoryEntry, IbPort, Netdev, NodeSnapshot, PortReading, Severity
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,9 @@ class CheckInput:
     """Everything a check may look at. Checks never read files or clocks."""
 
     snapshot: NodeSnapshot
-    history: tuple[NodeSnapshot, ...]  # earlier snapshots, oldest first (may be empty)
+    # earlier snapshots, oldest first (may be empty): what the history keeps of them
+    # (agentd.model.HistoryEntry; a whole snapshot is one too)
+    history: tuple[HistoryEntry, ...]
     config: AgentConfig
     baseline: Baseline | None = None
     roles: HcaRoles | None = None  # computed with hca_roles(snapshot, config.hca) when None
@@ -57,8 +59,8 @@ MAX_READINGS = 60
 
 def cap(severity: Severity, limit: Severity) -> Severity:
     """The milder of two severities (non-compute devices are capped at warning)."""
-    order = ("ok", "warning", "critical")
-    return order[min(order.index(severity), order.index(limit))]  # type: ignore[return-value]
+    order: tuple[Severity, ...] = ("ok", "warning", "critical")
+    return order[min(order.index(severity), order.index(limit))]
 
 
 def fmt(value: float) -> str:
@@ -74,13 +76,13 @@ def fmt(value: float) -> str:
 # history
 
 
-def earlier(history: Iterable[NodeSnapshot], now: float) -> list[NodeSnapshot]:
+def earlier(history: Iterable[HistoryEntry], now: float) -> list[HistoryEntry]:
     """History snapshots strictly older than ``now``, oldest first."""
     return sorted((s for s in history if s.taken_at < now), key=lambda s: s.taken_at)
 
 
-def in_window(history: Iterable[NodeSnapshot], now: float, window_s: float,
-              max_snapshots: int = MAX_READINGS) -> list[NodeSnapshot]:
+def in_window(history: Iterable[HistoryEntry], now: float, window_s: float,
+              max_snapshots: int = MAX_READINGS) -> list[HistoryEntry]:
     """Snapshots within ``window_s`` before ``now``, oldest first, thinned evenly to at most
     ``max_snapshots``. When none is that recent but older ones exist, the newest older one
     (a rate over a longer span is still a rate)."""
@@ -95,14 +97,14 @@ def in_window(history: Iterable[NodeSnapshot], now: float, window_s: float,
     return [recent[i] for i in picks]
 
 
-def changes(window: Sequence[NodeSnapshot], *parts: Callable[[NodeSnapshot], object]) -> list[NodeSnapshot]:
+def changes(window: Sequence[HistoryEntry], *parts: Callable[[HistoryEntry], object]) -> list[HistoryEntry]:
     """``window`` without the entries whose ``parts`` are all the very objects of the entry
-    before (the history shares every part that did not change: agentd.collection.history).
+    before (the history shares every part that did not change: agentd.collection.share).
     Exact for counter math: a dropped entry repeats its predecessor's readings, and
     ``counter_change`` of a run of equal readings keeps the first (the base after a reset
     is the first reading that is lower than the one before, never a repeat). So a rate
     over a steady window costs two readings, not one per entry."""
-    out: list[NodeSnapshot] = []
+    out: list[HistoryEntry] = []
     prev: tuple[object, ...] | None = None
     for s in window:
         now = tuple(part(s) for part in parts)
@@ -168,14 +170,8 @@ def exceeds(change: CounterChange, per_s: float) -> bool:
     return per_s == 0 or change.delta >= MIN_EVENTS
 
 
-def port_index(snap: NodeSnapshot) -> dict[tuple[str, int], IbPort]:
+def port_index(snap: HistoryEntry) -> dict[tuple[str, int], PortReading]:
     return {(h.name, p.port): p for h in snap.hcas for p in h.ports}
-
-
-def readings(
-    snaps: Sequence[NodeSnapshot], value: Callable[[NodeSnapshot], int | None]
-) -> list[tuple[float, int | None]]:
-    return [(s.taken_at, value(s)) for s in snaps]
 
 
 def roce_compute_ports(inp: CheckInput) -> list[tuple[str, IbPort, Netdev]]:

@@ -23,7 +23,7 @@ from agentd.config import Expectations
 from agentd.judging.checks.common import CheckInput, changes, earlier, fmt
 from agentd.judging.findings import NODE, finding, port_subject
 from agentd.judging.roles import HcaRoles
-from agentd.model import Finding, Hca, IbPort, NodeSnapshot, Severity
+from agentd.model import Finding, Hca, HistoryEntry, IbPort, NodeSnapshot, Severity
 
 _HINT_ETH_DOWN = "check the cable, transceiver and switch port; `ip link show {nd}` and `ethtool {nd}` show the link"
 _HINT_PHYS = {
@@ -148,7 +148,7 @@ def _not_active(inp: CheckInput, roles: HcaRoles, h: Hca, p: IbPort) -> Finding:
     )
 
 
-def _state_unread(snap: NodeSnapshot | None, hca: str, port: int) -> bool:
+def _state_unread(snap: HistoryEntry | None, hca: str, port: int) -> bool:
     h = snap.hca(hca) if snap is not None else None
     p = next((q for q in h.ports if q.port == port), None) if h is not None else None
     return p is not None and p.state is None
@@ -253,7 +253,7 @@ def check_ports(inp: CheckInput) -> list[Finding]:
     return out
 
 
-def _flaps(snaps: list[NodeSnapshot], hca: str, port: int) -> tuple[int, int]:
+def _flaps(snaps: list[HistoryEntry], hca: str, port: int) -> tuple[int, int]:
     """(down->up cycles seen in the states, link_downed increments) over ``snaps``."""
     cycles = increments = 0
     was_down = False

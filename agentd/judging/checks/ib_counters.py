@@ -22,7 +22,7 @@ from agentd.judging.checks.common import (
     port_index,
 )
 from agentd.judging.findings import finding, port_subject
-from agentd.model import Finding, IbPort, NodeSnapshot
+from agentd.model import Finding, HistoryEntry, IbPort, PortReading
 
 _CABLE = "reseat or replace the cable/transceiver and check the switch port (`mlxlink -d {hca} -p {port} -c`)"
 _HINTS = {
@@ -43,7 +43,7 @@ _HINT_DEFAULT = "check the link and the fabric: " + _CABLE
 NOT_COUNTERS = frozenset({"lifespan"})
 
 
-def _value(p: IbPort | None, name: str) -> int | None:
+def _value(p: PortReading | None, name: str) -> int | None:
     if p is None:
         return None
     v = p.counters.get(name)
@@ -66,7 +66,7 @@ def _ber_proxy(name: str, rate: float, p: IbPort) -> str:
     return f", a BER proxy of {rate / (p.rate_gbps * 1e9):.1e} at {fmt(p.rate_gbps)} Gb/s"
 
 
-def _rate_findings(inp: CheckInput, window: list[NodeSnapshot], indexes: list[dict[tuple[str, int], IbPort]],
+def _rate_findings(inp: CheckInput, window: list[HistoryEntry], indexes: list[dict[tuple[str, int], PortReading]],
                    hca: str, p: IbPort, compute: bool) -> list[Finding]:
     out: list[Finding] = []
     for name, th in inp.config.thresholds.counters.items():
@@ -94,7 +94,7 @@ def _rate_findings(inp: CheckInput, window: list[NodeSnapshot], indexes: list[di
     return out
 
 
-def _saturated(window: list[NodeSnapshot], indexes: list[dict[tuple[str, int], IbPort]], now: float,
+def _saturated(window: list[HistoryEntry], indexes: list[dict[tuple[str, int], PortReading]], now: float,
                hca: str, p: IbPort) -> Finding | None:
     parts = []
     for name in sorted(p.counters):
@@ -121,7 +121,7 @@ def _saturated(window: list[NodeSnapshot], indexes: list[dict[tuple[str, int], I
     )
 
 
-def _reset(previous: NodeSnapshot | None, hca: str, p: IbPort) -> Finding | None:
+def _reset(previous: HistoryEntry | None, hca: str, p: IbPort) -> Finding | None:
     if previous is None:
         return None
     h = previous.hca(hca)

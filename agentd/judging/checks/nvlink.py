@@ -32,7 +32,7 @@ from agentd.judging.checks.common import (
     in_window,
 )
 from agentd.judging.findings import finding, gpu_subject, nvlink_subject, probe_subject
-from agentd.model import Finding, NodeSnapshot, NvLink, NvmlGpu
+from agentd.model import Finding, HistoryEntry, LinkReading, NodeSnapshot, NvmlGpu
 
 _LOST_HINT = ("check `nvidia-smi` and dmesg for Xid 79 (fallen off the bus) / 48 / 74; drain the node, "
               "then reset the GPU or reboot; a repeat means hardware (RMA)")
@@ -119,11 +119,11 @@ def _down(inp: CheckInput, g: NvmlGpu) -> list[Finding]:
     ]
 
 
-def _link_index(snap: NodeSnapshot) -> dict[tuple[str, int], NvLink]:
+def _link_index(snap: HistoryEntry) -> dict[tuple[str, int], LinkReading]:
     return {(g.pci_bus_id, x.link): x for g in snap.nvml.gpus for x in g.nvlinks}
 
 
-def _errors(inp: CheckInput, window: list[NodeSnapshot], indexes: list[dict[tuple[str, int], NvLink]],
+def _errors(inp: CheckInput, window: list[HistoryEntry], indexes: list[dict[tuple[str, int], LinkReading]],
             g: NvmlGpu) -> list[Finding]:
     limit = inp.config.thresholds.nvlink_error_per_s
     out = []

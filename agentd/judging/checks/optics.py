@@ -17,9 +17,9 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from agentd.judging.checks.common import CheckInput, cap, changes, counter_change, fmt, in_window, readings
+from agentd.judging.checks.common import CheckInput, cap, changes, counter_change, fmt, in_window
 from agentd.judging.findings import finding, hca_subject, netdev_subject, port_subject
-from agentd.model import Finding, Netdev, NodeSnapshot, Severity, Subject, TempSensor, Transceiver
+from agentd.model import Finding, HistoryEntry, Netdev, NetdevReading, Severity, Subject, TempSensor, Transceiver
 
 _MODULE_HINT = ("check the module's airflow (blocked vents, a failed fan, a blanking panel missing) and its power class for the slot; "
                 "reseat it, and replace it if it stays hot: `ethtool -m {nd}`")
@@ -184,20 +184,24 @@ def check_rx_power(inp: CheckInput) -> list[Finding]:
 # FEC and the PHY's counters
 
 
-def _value(name: str, get: Callable[[Netdev], int | None]) -> Callable[[NodeSnapshot], int | None]:
-    def value(s: NodeSnapshot) -> int | None:
+Get = Callable[[NetdevReading], int | None]
+
+
+def _readings(entries: Sequence[HistoryEntry], name: str, get: Get) -> list[tuple[float, int | None]]:
+    """netdev ``name``'s value ``get`` in each entry (oldest first), with its time."""
+    out: list[tuple[float, int | None]] = []
+    for s in entries:
         n = s.netdev(name)
-        return get(n) if n is not None else None
+        out.append((s.taken_at, get(n) if n is not None else None))
+    return out
 
-    return value
 
-
-def _stat(key: str) -> Callable[[Netdev], int | None]:
+def _stat(key: str) -> Get:
     return lambda n: n.ethtool.get(key) if n.ethtool else None
 
 
-def _fec(attr: str) -> Callable[[Netdev], int | None]:
-    def get(n: Netdev) -> int | None:
+def _fec(attr: str) -> Get:
+    def get(n: NetdevReading) -> int | None:
         f = n.phy.fec if n.phy is not None else None
         v = getattr(f, attr) if f is not None else None
         return v if isinstance(v, int) else None
@@ -207,7 +211,7 @@ def _fec(attr: str) -> Callable[[Netdev], int | None]:
 
 # The pre-FEC error counts, best first: mlx5's PPCNT corrected bits (en_stats.c), the FEC
 # netlink corrected bits, and corrected codewords (at least one bit each: a lower bound).
-BER_SOURCES: tuple[tuple[str, Callable[[Netdev], int | None], bool], ...] = (
+BER_SOURCES: tuple[tuple[str, Get, bool], ...] = (
     ("rx_corrected_bits_phy", _stat("rx_corrected_bits_phy"), False),
     ("FEC corrected bits", _fec("corrected_bits"), False),
     ("FEC corrected blocks", _fec("corrected_blocks"), True),
@@ -222,33 +226,40 @@ class BerEstimate:
     seconds: float
 
 
-def pre_fec_ber(window: Sequence[NodeSnapshot], now: NodeSnapshot, name: str) -> BerEstimate | None:
+def pre_fec_ber(window: Sequence[HistoryEntry], now: HistoryEntry, name: str) -> BerEstimate | None:
     """Pre-FEC bit error rate of netdev ``name`` over ``window`` (oldest first) to ``now``:
     corrected bits over bits received (``rx_bits_phy`` where the driver counts it, else the
     link speed times the span). None without two readings of a source or a link speed."""
     snaps = [*window, now]
-    n = now.netdev(name)
+    speed = _speed_mbps(now, name)
     for basis, get, lower in BER_SOURCES:
-        ch = counter_change(readings(snaps, _value(name, get)))
+        ch = counter_change(_readings(snaps, name, get))
         if ch.status != "rate" or ch.seconds <= 0:
             continue
-        rx = counter_change(readings(snaps, _value(name, _stat("rx_bits_phy"))))
+        rx = counter_change(_readings(snaps, name, _stat("rx_bits_phy")))
         if rx.status == "rate" and rx.delta > 0:
             bits = float(rx.delta)
-        elif n is not None and n.speed_mbps:
-            bits = n.speed_mbps * 1e6 * ch.seconds
+        elif speed:
+            bits = speed * 1e6 * ch.seconds
         else:
             return None
         return BerEstimate(ch.delta / bits, basis, lower, ch.seconds)
     return None
 
 
-def _counter_rose(window: Sequence[NodeSnapshot], now: NodeSnapshot, name: str, get: Callable[[Netdev], int | None]) -> tuple[int, float] | None:
-    ch = counter_change(readings([*window, now], _value(name, get)))
+def _speed_mbps(now: HistoryEntry, name: str) -> int | None:
+    """The link speed of the newest entry (a whole snapshot; a compact entry keeps none)."""
+    n = now.netdev(name)
+    speed = getattr(n, "speed_mbps", None)
+    return speed if isinstance(speed, int) else None
+
+
+def _counter_rose(window: Sequence[HistoryEntry], now: HistoryEntry, name: str, get: Get) -> tuple[int, float] | None:
+    ch = counter_change(_readings([*window, now], name, get))
     return (ch.delta, ch.seconds) if ch.status == "rate" and ch.delta > 0 else None
 
 
-def _down_count(n: Netdev) -> int | None:
+def _down_count(n: NetdevReading) -> int | None:
     if n.phy is not None and n.phy.link_down_events is not None:
         return n.phy.link_down_events
     return n.ethtool.get("link_down_events_phy") if n.ethtool else None

@@ -98,9 +98,8 @@ def _judge(link: _Link) -> Finding | None:
     ratio = 1.0
     if exp_w and cur_w is not None and cur_w <= exp_w:
         ratio *= cur_w / exp_w
-    speed_low = bool(link.judge_speed and exp_s and cur_s is not None and cur_s < exp_s - 1e-6)
-    if speed_low:
-        ratio *= cur_s / exp_s  # type: ignore[operator]
+    if link.judge_speed and exp_s and cur_s is not None and cur_s < exp_s - 1e-6:  # the speed is low
+        ratio *= cur_s / exp_s
     if ratio >= 1.0:
         return None
     sev: Severity = "critical" if ratio < 0.5 else "warning"

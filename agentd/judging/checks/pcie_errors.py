@@ -27,12 +27,12 @@ the finding names the function whose counter rose, and the hint says to look bot
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from agentd.base.ids import VENDOR_NVIDIA
 from agentd.judging.checks.common import CheckInput, changes, counter_change, exceeds, fmt, in_window
 from agentd.judging.findings import finding, gpu_subject, pci_subject
-from agentd.model import AerCounts, Finding, NodeSnapshot, PciDevice, Severity
+from agentd.model import AerCounts, Finding, HistoryEntry, NodeSnapshot, PciDevice, PciReading, Severity
 
 AerSeverity = Literal["fatal", "nonfatal", "correctable"]
 _TOTAL = {"fatal": "TOTAL_ERR_FATAL", "nonfatal": "TOTAL_ERR_NONFATAL", "correctable": "TOTAL_ERR_COR"}
@@ -47,12 +47,14 @@ _HINTS = {
 _SEVERITY: dict[AerSeverity, Severity] = {"fatal": "critical", "nonfatal": "warning", "correctable": "warning"}
 
 
-def _aer(d: Any, severity: AerSeverity) -> AerCounts | None:
-    aer = getattr(d, "aer", None) if d is not None else None
-    return getattr(aer, severity) if aer is not None else None
+def _aer(d: PciReading | None, severity: AerSeverity) -> AerCounts | None:
+    aer = d.aer if d is not None else None
+    if aer is None:
+        return None
+    return aer.fatal if severity == "fatal" else aer.nonfatal if severity == "nonfatal" else aer.correctable
 
 
-def _total(d: Any, severity: AerSeverity) -> int | None:
+def _total(d: PciReading | None, severity: AerSeverity) -> int | None:
     c = _aer(d, severity)
     return c.total if c is not None else None
 
@@ -64,7 +66,7 @@ def _types_rose(old: AerCounts | None, new: AerCounts) -> str:
     return f" ({', '.join(rose[:6])})" if rose else ""
 
 
-def _pci_index(window: list[NodeSnapshot]) -> list[dict[str, Any]]:
+def _pci_index(window: list[HistoryEntry]) -> list[dict[str, PciReading]]:
     return [{d.bdf: d for d in s.pci} for s in window]
 
 
@@ -115,7 +117,7 @@ def check_replay(inp: CheckInput) -> list[Finding]:
     for g in snap.nvml.gpus:
         if g.pcie_replay_errors is None:
             continue
-        pts = [(s.taken_at, getattr(ix.get(g.pci_bus_id), "pcie_replay_errors", None)) for s, ix in zip(window, indexes, strict=True)]
+        pts = [(s.taken_at, old.pcie_replay_errors if (old := ix.get(g.pci_bus_id)) is not None else None) for s, ix in zip(window, indexes, strict=True)]
         change = counter_change([*pts, (snap.taken_at, g.pcie_replay_errors)])
         if not exceeds(change, per_min / 60):
             continue
@@ -172,8 +174,8 @@ def check_retrained(inp: CheckInput) -> list[Finding]:
         for d in [*(ix.get(bdf) for ix in indexes), current]:
             if d is None:
                 continue
-            speed = getattr(d, "current_link_speed", None) if speed_counts else None
-            width = getattr(d, "current_link_width", None)
+            speed = d.current_link_speed if speed_counts else None
+            width = d.current_link_width
             if speed is None and width is None:
                 continue
             if not seen or seen[-1] != (speed, width):

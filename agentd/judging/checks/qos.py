@@ -42,7 +42,7 @@ from agentd.judging.checks.common import (
 )
 from agentd.judging.findings import finding, netdev_subject, port_subject
 from agentd.judging.qos import RoceChain, roce_chains
-from agentd.model import Finding, IbPort, Netdev, NodeSnapshot
+from agentd.model import Finding, HistoryEntry, IbPort, Netdev
 
 PREFERRED_DSCP = 26  # NCCL_IB_TC 106 (26 << 2 | ECT): the common RoCE marking
 
@@ -160,7 +160,7 @@ class _Rates:
     worst: tuple[float, str, int] | None  # (bytes/s, netdev, priority): busiest priority without PFC
 
 
-def _rate(window: list[NodeSnapshot], now: float, value: int | None, old: list[int | None],
+def _rate(window: list[HistoryEntry], now: float, value: int | None, old: list[int | None],
           max_value: int | None = None) -> float | None:
     """Per second over the window; None: unknown (no value, a reset in the last step, saturated)."""
     if value is None:
@@ -168,7 +168,7 @@ def _rate(window: list[NodeSnapshot], now: float, value: int | None, old: list[i
     return counter_change([*((s.taken_at, v) for s, v in zip(window, old, strict=True)), (now, value)], max_value).rate
 
 
-def _port_rdma_rate(inp: CheckInput, window: list[NodeSnapshot], hca: str, p: IbPort,
+def _port_rdma_rate(inp: CheckInput, window: list[HistoryEntry], hca: str, p: IbPort,
                     nds: list[Netdev]) -> tuple[float, str] | None:
     now = inp.snapshot.taken_at
     value = p.counters.get("port_xmit_data")
@@ -189,12 +189,12 @@ def _port_rdma_rate(inp: CheckInput, window: list[NodeSnapshot], hca: str, p: Ib
     return (total, "tx_vport_rdma_unicast_bytes") if seen else None
 
 
-def _ethtool(s: NodeSnapshot, name: str, key: str) -> int | None:
+def _ethtool(s: HistoryEntry, name: str, key: str) -> int | None:
     nd = s.netdev(name)
     return (nd.ethtool or {}).get(key) if nd is not None else None
 
 
-def _rates(inp: CheckInput, window: list[NodeSnapshot], hca: str, p: IbPort, nds: list[Netdev]) -> _Rates | None:
+def _rates(inp: CheckInput, window: list[HistoryEntry], hca: str, p: IbPort, nds: list[Netdev]) -> _Rates | None:
     rdma = _port_rdma_rate(inp, window, hca, p, nds)
     if rdma is None:
         return None
@@ -217,7 +217,7 @@ def _rates(inp: CheckInput, window: list[NodeSnapshot], hca: str, p: IbPort, nds
     return _Rates(rdma=rdma[0], rdma_source=rdma[1], pfc=pfc_rate, worst=worst)
 
 
-def _lossy_traffic(inp: CheckInput, window: list[NodeSnapshot], chains: list[RoceChain]) -> list[Finding]:
+def _lossy_traffic(inp: CheckInput, window: list[HistoryEntry], chains: list[RoceChain]) -> list[Finding]:
     want = inp.config.roce.priority
     limit = inp.config.thresholds.roce_lossy_min_bytes_per_s
     out = []

@@ -27,7 +27,7 @@ from agentd.judging.checks.common import (
     roce_compute_ports,
 )
 from agentd.judging.findings import finding, netdev_subject, port_subject
-from agentd.model import Finding, Netdev, NodeSnapshot
+from agentd.model import Finding, HistoryEntry, Netdev
 
 CNP_COUNTERS = (
     ("np_cnp_sent", "CNP sent"),
@@ -84,7 +84,7 @@ def _pfc(nd: Netdev, prio: int) -> Finding | None:
     )
 
 
-def _pause_storm(inp: CheckInput, window: list[NodeSnapshot], nd: Netdev) -> Finding | None:
+def _pause_storm(inp: CheckInput, window: list[HistoryEntry], nd: Netdev) -> Finding | None:
     if nd.ethtool is None:
         return None
     limit = inp.config.thresholds.pause_storm_per_s
@@ -120,7 +120,7 @@ def _pause_storm(inp: CheckInput, window: list[NodeSnapshot], nd: Netdev) -> Fin
     )
 
 
-def _cnp(inp: CheckInput, window: list[NodeSnapshot]) -> list[Finding]:
+def _cnp(inp: CheckInput, window: list[HistoryEntry]) -> list[Finding]:
     indexes = [port_index(s) for s in window]
     out = []
     for hca, p, _nd in roce_compute_ports(inp):
