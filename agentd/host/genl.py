@@ -21,7 +21,7 @@ import struct
 import time
 from typing import Iterable
 
-from agentd.host.dcb import NLA_F_NESTED, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NetlinkError, iter_attrs, iter_messages
+from agentd.host.dcb import NLA_F_NESTED, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NetlinkError, iter_attrs, iter_messages, raise_for_error
 
 NETLINK_GENERIC = 16
 GENL_ID_CTRL = 0x10
@@ -73,11 +73,7 @@ def reply(data: bytes, seq: int, family: int) -> tuple[bool, bytes | None]:
         if mseq != seq:
             continue
         if mtype == NLMSG_ERROR:
-            if len(payload) < 4:
-                raise ValueError("short NLMSG_ERROR")
-            err = -struct.unpack_from("=i", payload)[0]
-            if err:
-                raise NetlinkError(err)
+            raise_for_error(payload)
             continue  # an ACK
         if mtype == NLMSG_DONE:
             return True, None

@@ -141,6 +141,19 @@ def _bits(byte: int | None, bits: Iterable[tuple[int, str]]) -> tuple[str, ...]:
     return () if byte is None else tuple(name for bit, name in bits if byte >> bit & 1)
 
 
+def _threshold_sets(v: _View, spec: type[Sff8636] | type[Cmis], bias_per_a: float) -> dict[str, ThresholdSet | None]:
+    """The module's own alarm/warning thresholds (SFF-8636 page 03h, CMIS page 02h: the
+    same order of quantities at the same offsets, each a set of four values)."""
+    P = spec.THRESH_PAGE
+    return {
+        "temperature_thresholds": _thresholds(v, P, spec.TEMP_THRESH, TEMP_PER_C, signed=True),
+        "vcc_thresholds": _thresholds(v, P, spec.VCC_THRESH, VCC_PER_V),
+        "rx_power_thresholds": _thresholds(v, P, spec.RX_POWER_THRESH, POWER_PER_W),
+        "tx_bias_thresholds": _thresholds(v, P, spec.TX_BIAS_THRESH, bias_per_a),
+        "tx_power_thresholds": _thresholds(v, P, spec.TX_POWER_THRESH, POWER_PER_W),
+    }
+
+
 def _sff8636(v: _View, t: dict[str, object]) -> None:
     S = Sff8636
     t["temperature_c"] = _celsius(v.s16(0, S.TEMP))
@@ -157,12 +170,7 @@ def _sff8636(v: _View, t: dict[str, object]) -> None:
         flags = _bits(fb, ((shift + 3, "high_alarm"), (shift + 2, "low_alarm"), (shift + 1, "high_warning"), (shift, "low_warning")))
         lanes.append(ModuleLane(lane=i + 1, rx_power_w=_per(rx, POWER_PER_W), tx_power_w=_per(tx, POWER_PER_W), tx_bias_a=_per(bias, BIAS_PER_A), rx_power_flags=flags))
     t["lanes"] = tuple(lanes)
-    P = S.THRESH_PAGE
-    t["temperature_thresholds"] = _thresholds(v, P, S.TEMP_THRESH, TEMP_PER_C, signed=True)
-    t["vcc_thresholds"] = _thresholds(v, P, S.VCC_THRESH, VCC_PER_V)
-    t["rx_power_thresholds"] = _thresholds(v, P, S.RX_POWER_THRESH, POWER_PER_W)
-    t["tx_bias_thresholds"] = _thresholds(v, P, S.TX_BIAS_THRESH, BIAS_PER_A)
-    t["tx_power_thresholds"] = _thresholds(v, P, S.TX_POWER_THRESH, POWER_PER_W)
+    t.update(_threshold_sets(v, S, BIAS_PER_A))
 
 
 def _cmis(v: _View, t: dict[str, object]) -> None:
@@ -197,12 +205,7 @@ def _cmis(v: _View, t: dict[str, object]) -> None:
             ))
         bank += 1
     t["lanes"] = tuple(lanes)
-    P = C.THRESH_PAGE
-    t["temperature_thresholds"] = _thresholds(v, P, C.TEMP_THRESH, TEMP_PER_C, signed=True)
-    t["vcc_thresholds"] = _thresholds(v, P, C.VCC_THRESH, VCC_PER_V)
-    t["tx_power_thresholds"] = _thresholds(v, P, C.TX_POWER_THRESH, POWER_PER_W)
-    t["tx_bias_thresholds"] = _thresholds(v, P, C.TX_BIAS_THRESH, bias_per_a)
-    t["rx_power_thresholds"] = _thresholds(v, P, C.RX_POWER_THRESH, POWER_PER_W)
+    t.update(_threshold_sets(v, C, bias_per_a))
 
 
 def decode(pages: Mapping[PageKey, bytes], source: str = "") -> Transceiver:

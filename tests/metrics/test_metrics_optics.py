@@ -8,16 +8,15 @@ import shutil
 import subprocess
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.config import AgentConfig
 from agentd.host.transceiver import decode
 from agentd.model import FecStats, LinkDiag, NodeSnapshot, PhyLink, TempSensor, Transceiver
 from tests.support import service_snapshots as fixtures
 from tests.support.eeprom_dumps import EEPROM, paged
+from tests.support.service_snapshots import parse, pick
 
 DR8 = decode(paged(EEPROM / "cmis-osfp-800g-dr8-juniper.txt"), "recorded")
-Samples = dict[str, list[tuple[dict[str, str], float]]]
 SENSORS = (TempSensor(hwmon="hwmon3", channel=1, label="asic", kind="asic", temperature_c=61.5, highest_c=70.0, critical_c=105.0),
            TempSensor(hwmon="hwmon3", channel=2, label="Module0", kind="module", temperature_c=48.0, critical_c=75.0))
 
@@ -35,18 +34,6 @@ def optics(*, module: Transceiver | None = DR8, phy: PhyLink | None = None, diag
 
 def render(snap: NodeSnapshot, **metrics: bool) -> bytes:
     return fixtures.state(snap=snap, config=AgentConfig(metrics=metrics)).metrics_bytes()
-
-
-def parse(text: bytes) -> Samples:
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text.decode()):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
-def pick(s: Samples, name: str, **labels: str) -> list[float]:
-    return [v for lab, v in s.get(name, []) if all(lab.get(k) == want for k, want in labels.items())]
 
 
 def test_defaults_fold_temperatures_to_the_node_and_keep_the_ber_per_port():
