@@ -410,6 +410,18 @@ class BenchSettings(Section):
     min_busbw_gbps: dict[str, float] = Field(default_factory=dict, description="op -> minimum acceptable bus bandwidth (GB/s) at the largest size.")
 
 
+class OpticsSettings(Section):
+    """The physical layer read from the stock kernel (issue 38): NIC temperatures (hwmon),
+    Ethernet link state and FEC counters (ethtool netlink), module EEPROMs."""
+
+    enabled: bool = Field(True, description="Read HCA temperatures (mlx5 hwmon), the link-down reason, link-down counter and FEC statistics of Ethernet ports (ethtool netlink), and their modules' EEPROM (temperature, voltage, per-lane power and bias, the module's own thresholds). Temperatures and EEPROM pages are firmware register reads on mlx5: slow tier.")
+    link_tool: Literal["off", "mstlink", "mlxlink"] = Field("off", description="Opt-in: run this tool (mstflint's mstlink or MFT's mlxlink) in the slow tier for each InfiniBand HCA port, whose module the kernel does not expose (IPoIB has no module EEPROM op): effective and raw BER, the firmware's link-down counter, module temperature and Rx power. One bounded run per port, no shell.")
+    link_tool_timeout_s: float = Field(30.0, gt=0, le=300, description="Limit for one link_tool run (the tool reads several firmware registers; its process group is killed at the limit).")
+    temperature_margin_c: float = Field(5.0, ge=0, le=50, description="A NIC ASIC or module sensor within this many degrees C of its critical threshold (hwmon tempN_crit) is a warning (nic.temperature.high); at or above it, critical. A module's own EEPROM thresholds are used instead where it has them (optics.module.temperature).")
+    pre_fec_ber_max: float = Field(1e-5, gt=0, lt=1, description="Pre-FEC bit error rate of an Ethernet port above which optics.fec.pre_fec_ber is raised (a warning), measured over thresholds.rate_window_s. RS(544,514) FEC corrects up to about 2.4e-4 (IEEE 802.3 clause 119); healthy links read 1e-9 to 1e-7.")
+    link_ber_max: float = Field(1e-12, gt=0, lt=1, description="Effective (post-FEC) BER that link_tool reports for an InfiniBand port above which optics.link.effective_ber is raised (a warning).")
+
+
 class MetricsDetail(Section):
     """Per-item series that /metrics folds by default (docs/metrics.md, series budget)."""
 
@@ -417,6 +429,7 @@ class MetricsDetail(Section):
     ib_counters_per_port: bool = Field(False, description="Export the HCA counters agentd has no named metric for per port (agentd_ib_port_hw_counters_total). Off: summed over the node's ports per counter (agentd_ib_hw_counters_total).")
     pcie_bridges: bool = Field(False, description="Export link speed/width, the ACS flag and the AER error totals of every PCIe bridge above a GPU, HCA or NVSwitch. Off: a bridge's link series only when it runs below its own maximum, its ACS flag only when redirect is on, AER totals summed over the bridges (agentd_pcie_aer_bridge_errors_total).")
     roce_every_priority: bool = Field(False, description="Export the RoCE per-priority counters (pause frames and time, bytes, packets) for all 8 priorities. Off: roce.priority (the lossless class) on its own, the other seven summed as priority=\"other\".")
+    optics_detail: bool = Field(False, description="Export every HCA temperature sensor (with its critical and highest temperature), every Ethernet module (identity, temperature, supply voltage, its own alarm/warning thresholds), every module lane's Rx/Tx power and bias, the PHY's link-down events and corrected FEC blocks. Off: the node's hottest HCA sensor and hottest module, and per Ethernet port its weakest lit lane's Rx power, uncorrectable FEC blocks and corrected bits (the pre-FEC BER). The findings judge every sensor, module and lane either way.")
 
 
 # The node settings `[enforce]` may keep right (docs/enforce.md), in the order a plan
@@ -474,6 +487,7 @@ class AgentConfig(Section):
     web: WebSettings = Field(default_factory=WebSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     metrics: MetricsDetail = Field(default_factory=MetricsDetail)
+    optics: OpticsSettings = Field(default_factory=OpticsSettings)
     events: EventSettings = Field(default_factory=EventSettings)
     enforce: EnforceSettings = Field(default_factory=EnforceSettings)
 

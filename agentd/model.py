@@ -189,6 +189,23 @@ class TclassOverride(Record):
     rules: tuple[str, ...] = ()  # per-address rules as printed ("dst_ip=10.0.0.0/24,tclass=106")
 
 
+class LinkDiag(Record):
+    """What ``mstlink``/``mlxlink`` (the opt-in slow-tier reader, agentd.host.mstlink) says
+    of an InfiniBand port the kernel has no PHY view of: its BERs as the firmware measures
+    them and the module's monitors. Every field None: not reported."""
+
+    tool: str  # "mstlink" | "mlxlink"
+    effective_ber: float | None = None  # after FEC (what the link delivers)
+    raw_ber: float | None = None  # before FEC
+    symbol_ber: float | None = None
+    effective_errors: int | None = None
+    link_down: int | None = None  # the firmware's Link Down Counter
+    link_error_recovery: int | None = None
+    module_temperature_c: float | None = None
+    rx_power_dbm: tuple[float, ...] = ()  # per lane
+    recommendation: str | None = None  # the tool's "Troubleshooting Info" recommendation
+
+
 class IbPort(Record):
     port: int
     state: str | None = None  # "ACTIVE", "DOWN", "INIT", "ARMED", ...
@@ -212,10 +229,28 @@ class IbPort(Record):
     # own files: an EFA port (the efa driver hard-codes ACTIVE/LinkUp), or a port whose
     # link reads agentd backed off (agentd.collection.collector.assemble). None: sysfs.
     state_from: str | None = None
+    link_diag: LinkDiag | None = None  # mstlink/mlxlink (opt-in, [optics] link_tool); None: not asked
 
     @property
     def is_active(self) -> bool:
         return self.state == "ACTIVE"
+
+
+TempSensorKind = Literal["asic", "module", "other"]
+
+
+class TempSensor(Record):
+    """One temperature channel of the HCA's hwmon device (mlx5: drivers/net/ethernet/
+    mellanox/mlx5/core/hwmon.c, kernel >= 6.5; name "mlx5", under the PCI function).
+    The driver reads the firmware's MTMP register at every read: in 0.125 degC steps."""
+
+    hwmon: str  # the hwmon directory: "hwmon3"
+    channel: int  # N of tempN_*
+    label: str | None = None  # tempN_label: "asic", "Module0"; older firmware "sensor<index>"
+    kind: TempSensorKind = "other"
+    temperature_c: float | None = None  # tempN_input
+    highest_c: float | None = None  # tempN_highest: the maximum since the driver loaded (or reset_history)
+    critical_c: float | None = None  # tempN_crit: the sensor's high threshold (MTMP temp_threshold_hi)
 
 
 class Hca(Record):
@@ -231,6 +266,9 @@ class Hca(Record):
     # virtual function (its ``physfn`` link); None: a physical function, or not read yet.
     physfn: str | None = None
     ports: tuple[IbPort, ...] = ()
+    # hwmon temperature channels of the HCA's PCI function: ASIC sensors and, when a
+    # module with a thermal monitor is plugged, one module sensor (empty: none, or not read)
+    temperatures: tuple[TempSensor, ...] = ()
 
     @property
     def family(self) -> Family:
@@ -312,6 +350,107 @@ class PauseConfig(Record):
     tx: bool
 
 
+class FecBin(Record):
+    """One bin of the FEC histogram (kernel >= 6.18, ETHTOOL_A_FEC_STAT_HIST): codewords
+    that needed between ``low`` and ``high`` symbol corrections (inclusive)."""
+
+    low: int
+    high: int
+    count: int
+
+
+class FecStats(Record):
+    """FEC statistics (ETHTOOL_MSG_FEC_GET with ETHTOOL_FLAG_STATS; ethtool --show-fec -I).
+    Totals and, where the driver counts per lane (mlx5: FC-FEC only; RS-FEC corrects across
+    lanes), per lane. None: the driver does not report it."""
+
+    corrected_blocks: int | None = None
+    uncorrectable_blocks: int | None = None
+    corrected_bits: int | None = None
+    corrected_per_lane: tuple[int, ...] = ()
+    uncorrectable_per_lane: tuple[int, ...] = ()
+    histogram: tuple[FecBin, ...] = ()
+
+
+class PhyLink(Record):
+    """The kernel's view of an Ethernet port's physical layer (ethtool netlink): why the
+    link is down, how often the PHY saw it go down, and its FEC counters."""
+
+    link: bool | None = None  # ETHTOOL_A_LINKSTATE_LINK
+    # ETHTOOL_A_LINKSTATE_EXT_STATE/_SUBSTATE (reported while the link is down by drivers
+    # that know why: mlx5, mlxsw, bnxt, ...): "no_cable", "bad_signal_integrity", ...
+    ext_state: str | None = None
+    ext_substate: str | None = None
+    link_down_events: int | None = None  # ETHTOOL_A_LINKSTATE_EXT_DOWN_CNT (kernel >= 6.3)
+    fec: FecStats | None = None  # None: no FEC statistics (no FEC op, or none reported)
+
+
+class ThresholdSet(Record):
+    """A module's own alarm and warning thresholds for one monitor (SFF-8636 page 03h,
+    CMIS page 02h), in base units. None: the module leaves it 0/unset."""
+
+    high_alarm: float | None = None
+    low_alarm: float | None = None
+    high_warning: float | None = None
+    low_warning: float | None = None
+
+
+class ModuleLane(Record):
+    lane: int  # 1-based, as the specifications and ethtool number them
+    rx_power_w: float | None = None  # watts (the module's 0.1 uW steps)
+    tx_power_w: float | None = None
+    tx_bias_a: float | None = None  # amperes
+    rx_los: bool | None = None  # CMIS page 11h Rx LOS flag
+    # The module's own latched Rx power flags for this lane ("low_alarm", "low_warning", ...)
+    rx_power_flags: tuple[str, ...] = ()
+
+
+class EepromPage(Record):
+    """Half a page of module memory as the kernel returned it (MODULE_EEPROM_GET: lower
+    memory is page 0 offset 0, upper memory offset 128 of the page and bank)."""
+
+    page: int
+    bank: int = 0
+    offset: int  # 0 (lower) or 128 (upper)
+    data: str  # hex, 128 bytes (fewer where the kernel returned fewer)
+
+
+class Transceiver(Record):
+    """The pluggable module of an Ethernet port, decoded from its EEPROM
+    (agentd.host.transceiver; memory maps: agentd.base.sff)."""
+
+    identifier: int | None = None  # SFF-8024 byte 0
+    identifier_name: str | None = None  # "QSFP28", "OSFP", ...
+    spec: Literal["sff8636", "cmis"] | None = None  # None: a map agentd does not decode
+    revision: str | None = None  # CMIS revision "5.1"
+    vendor: str | None = None
+    oui: str | None = None
+    part_number: str | None = None
+    vendor_revision: str | None = None
+    serial: str | None = None  # redacted in captures made with --redact
+    date_code: str | None = None
+    copper: bool | None = None  # a copper cable (no optical monitors)
+    temperature_c: float | None = None
+    vcc_v: float | None = None
+    lanes: tuple[ModuleLane, ...] = ()
+    temperature_thresholds: ThresholdSet | None = None
+    vcc_thresholds: ThresholdSet | None = None
+    rx_power_thresholds: ThresholdSet | None = None
+    tx_power_thresholds: ThresholdSet | None = None
+    tx_bias_thresholds: ThresholdSet | None = None
+    # The module's own latched temperature flags (CMIS lower page byte 9; SFF-8636 byte 6)
+    temperature_flags: tuple[str, ...] = ()
+    source: str = ""  # "netlink" | "ioctl" | "recorded"
+    problem: str | None = None  # why part of it could not be decoded (short page, unknown map)
+    pages: tuple[EepromPage, ...] = ()  # what was read (captures record these)
+
+    @property
+    def lanes_in_use(self) -> tuple[ModuleLane, ...]:
+        """The lanes whose own laser is on (Tx bias above 0): a port uses 4 of an 8-lane
+        module's lanes at 400G, and the dark ones read no light by design."""
+        return tuple(lane for lane in self.lanes if lane.tx_bias_a is not None and lane.tx_bias_a > 0)
+
+
 class Netdev(Record):
     name: str
     ifindex: int | None = None
@@ -332,6 +471,8 @@ class Netdev(Record):
     pfc: PfcConfig | None = None
     pause: PauseConfig | None = None  # None: not read, or the device has no pause parameters (EOPNOTSUPP)
     ethtool: dict[str, int] | None = None  # `ethtool -S` statistics; None if not read
+    phy: PhyLink | None = None  # ethtool netlink link state and FEC; None: not read or not supported
+    module: Transceiver | None = None  # the plugged module's EEPROM; None: none, not read or not supported
 
     @property
     def link_layer(self) -> str | None:
@@ -663,12 +804,25 @@ CONTENT_FIELDS: tuple[str, ...] = tuple(f for f in NodeSnapshot.model_fields if 
 # A check that reads anything else of an earlier snapshot does not type-check.
 
 # The ``ethtool -S`` statistics a compact entry keeps (the rates the checks measure over the
-# history: roce.pfc.pause_storm, roce.qos.lossy_traffic); the others are the newest entry's.
+# history: roce.pfc.pause_storm, roce.qos.lossy_traffic, and mlx5's PHY counters for the
+# pre-FEC BER and link-down events of the optics checks); the others are the newest entry's.
 HISTORY_ETHTOOL: frozenset[str] = frozenset(
     [f"{d}_prio{p}_pause" for d in ("rx", "tx") for p in range(8)]
     + [f"tx_prio{p}_bytes" for p in range(8)]
     + ["tx_vport_rdma_unicast_bytes"]
+    + ["rx_corrected_bits_phy", "rx_bits_phy", "link_down_events_phy"]
 )
+
+
+def phy_counters(phy: PhyLink | None) -> PhyLink | None:
+    """The counters of a PhyLink a compact history entry keeps (link-down events, FEC
+    totals: the optics checks' rates); the link-down reason, lanes and histogram are the
+    newest entry's business."""
+    if phy is None or (phy.link_down_events is None and phy.fec is None):
+        return None
+    f = phy.fec
+    fec = None if f is None else FecStats(corrected_blocks=f.corrected_blocks, uncorrectable_blocks=f.uncorrectable_blocks, corrected_bits=f.corrected_bits)
+    return PhyLink(link_down_events=phy.link_down_events, fec=fec)
 
 
 class PortReading(Protocol):
@@ -702,7 +856,8 @@ class HcaReading(Protocol):
 
 class NetdevReading(Protocol):
     """A netdev as the history keeps it: link state, the carrier change counts (RoCE flaps
-    between polls) and the ``HISTORY_ETHTOOL`` statistics (None: not read, or an aged entry)."""
+    between polls), the ``HISTORY_ETHTOOL`` statistics and the PHY's counters
+    (``phy_counters``) (None: not read, or an aged entry)."""
 
     @property
     def name(self) -> str: ...
@@ -716,6 +871,8 @@ class NetdevReading(Protocol):
     def carrier_down_count(self) -> int | None: ...
     @property
     def ethtool(self) -> Mapping[str, int] | None: ...
+    @property
+    def phy(self) -> PhyLink | None: ...
 
 
 class LinkReading(Protocol):

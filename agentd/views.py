@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Sequence
 
@@ -47,6 +48,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> JsonObjec
                 "node_guid": h.node_guid,
                 "pci_bus_id": h.pci_bus_id,
                 "numa_node": h.numa_node,
+                "temperatures": [t.model_dump(mode="json") for t in h.temperatures],
                 "ports": [
                     {
                         "port": p.port,
@@ -65,6 +67,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> JsonObjec
                         "hw_counters": dict(p.hw_counters),
                         "sm_sl": p.sm_sl,
                         "tclass": None if p.tclass is None else p.tclass.model_dump(mode="json"),
+                        "link_diag": None if p.link_diag is None else p.link_diag.model_dump(mode="json"),
                     }
                     for p in h.ports
                 ],
@@ -121,6 +124,42 @@ def _tclass(t: TclassOverride | None) -> str:
         return "-"
     shown = "none" if t.global_tclass is None else str(t.global_tclass)
     return f"{shown} +{len(t.rules)} rules" if t.rules else shown
+
+
+def _dbm(w: float) -> str:
+    return f"{10 * math.log10(w * 1000):.1f} dBm" if w > 0 else "no light"
+
+
+def _optics_lines(snap: NodeSnapshot) -> list[str]:
+    """The physical layer (issue 38): HCA sensors, Ethernet modules and PHYs, and once,
+    that the kernel shows no module of an InfiniBand port."""
+    out: list[str] = []
+    for h in snap.hcas:
+        if h.temperatures:
+            temps = ", ".join(f"{t.label or f'temp{t.channel}'} {_s(t.temperature_c)} C" + (f" (crit {t.critical_c:g})" if t.critical_c is not None else "")
+                              for t in h.temperatures)
+            out.append(f"{h.name} temperatures: {temps}")
+        for p in h.ports:
+            d = p.link_diag
+            if d is not None:
+                out.append(f"{h.name}:{p.port} {d.tool}: effective BER {_s(d.effective_ber)}, raw BER {_s(d.raw_ber)}, link down {_s(d.link_down)}")
+    for n in snap.netdevs:
+        m, phy = n.module, n.phy
+        if m is not None and m.identifier is not None:
+            lit = [lane.rx_power_w for lane in m.lanes_in_use if lane.rx_power_w is not None]
+            rx = f", weakest Rx {_dbm(min(lit))} of {len(lit)} lanes in use" if lit else ""
+            out.append(f"{n.name} module {_s(m.identifier_name)} {_s(m.vendor)} {_s(m.part_number)} ({_s(m.spec)}, {m.source}): {_s(m.temperature_c)} C{rx}")
+        elif m is not None and m.problem:
+            out.append(f"{n.name} module: {m.problem}")
+        if phy is not None:
+            why = f" ({phy.ext_state}{'/' + phy.ext_substate if phy.ext_substate else ''})" if phy.ext_state else ""
+            fec = f", FEC corrected {_s(phy.fec.corrected_blocks)} uncorrectable {_s(phy.fec.uncorrectable_blocks)}" if phy.fec is not None else ""
+            link = "up" if phy.link else "down" if phy.link is False else "?"
+            out.append(f"{n.name} phy: link {link}{why}, {_s(phy.link_down_events)} link-down events{fec}")
+    if any(p.link_layer == "InfiniBand" for h in snap.hcas for p in h.ports):
+        out.append("InfiniBand ports: the kernel shows no module EEPROM, FEC or link-down reason through IPoIB; "
+                   "the HCA's hwmon module sensor, the PMA counters (symbol errors) and, opt-in, [optics] link_tool stand in")
+    return [""] + out if out else []
 
 
 def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
@@ -199,6 +238,7 @@ def inspect_text(snap: NodeSnapshot, roles: HcaRoles | None = None) -> str:
         out.append(f"ignored {ig.kind} {ig.name}{f' ({ig.pci_bus_id})' if ig.pci_bus_id and ig.pci_bus_id != ig.name else ''}: collect.ignore {ig.pattern!r}")
     for b in snap.backed_off:
         out.append(f"backed off {b.pci_bus_id} ({b.reads}, {b.reason}): {b.evidence}")
+    out.extend(_optics_lines(snap))
     if snap.read_errors:
         out.append("")
         out.append(f"read errors ({len(snap.read_errors)}):")

@@ -10,6 +10,10 @@ simulator, read by the host readers::
     ROOT/.agentd/ethtool/<netdev>     what `ethtool -S <netdev>` prints
     ROOT/.agentd/dcb/<netdev>         what `mlnx_qos -i <netdev>` prints
     ROOT/.agentd/pause/<netdev>       what `ethtool -a <netdev>` prints (global pause)
+    ROOT/.agentd/ethtool-netlink/<netdev>.json   ethtool netlink answers: link state, FEC
+                                      statistics, module EEPROM pages (agentd.host.ethtool_nl)
+    ROOT/.agentd/link-tool/<hca>_<port>   what `mstlink`/`mlxlink -d <bdf> -c -m` prints
+                                      (only with [optics] link_tool; agentd.host.mstlink)
     ROOT/.agentd/uname.json           os.uname() as an object
     ROOT/.agentd/state/baseline.json  the node's inventory baseline when it was captured
     ROOT/.agentd/simulation.json      the simulator's profile and applied faults
@@ -33,6 +37,8 @@ NVML = "nvml.json"
 ETHTOOL = "ethtool"
 DCB = "dcb"
 PAUSE = "pause"
+ETHTOOL_NETLINK = "ethtool-netlink"
+LINK_TOOL = "link-tool"
 UNAME = "uname.json"
 BASELINE = "state/baseline.json"
 SIMULATION = "simulation.json"

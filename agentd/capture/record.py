@@ -4,8 +4,9 @@ One collection runs with a ``ReadRecorder`` on the host root: every file the rea
 (with the bytes they read), every directory they listed (with its entries), every path
 they tested or followed. Those become a tar.gz laid out like the node (sysfs symlinks kept
 as symlinks, relative to the root), plus the recorded answers of the live interfaces in
-the layout of ``agentd.base.recorded`` (NVML, ethtool statistics, DCB/PFC, uname, the
-kernel log tail, the node's baseline) and a manifest. ``--host-root`` of every command
+the layout of ``agentd.base.recorded`` (NVML, ethtool statistics, DCB/PFC, ethtool netlink
+link state, FEC and module EEPROM pages, the link tool's output, uname, the kernel log
+tail, the node's baseline) and a manifest. ``--host-root`` of every command
 accepts the file (``agentd.capture.replay``) and judges it as it judged the node.
 
 Blocking I/O throughout: a command, never the daemon's event loop.
@@ -28,6 +29,7 @@ from agentd.base.atomic import atomic_write, read_regular
 from agentd.base.jsontypes import JsonObject
 from agentd.collection.collector import Collector
 from agentd.config import AgentConfig
+from agentd.host import ethtool_nl, module_eeprom, mstlink
 from agentd.host.daemons import daemon_name
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext
 from agentd.host.kmsg import KMSG_MAX_BYTES, read_kmsg_tail, whole_tail
@@ -100,6 +102,13 @@ def _answers(tree: RecordedTree, host: HostRoot, config: AgentConfig, snap: Node
             put(f"{recorded.DCB}/{n.name}", recorded.format_mlnx_qos(n.pfc.enabled, n.pfc.trust, n.pfc.dscp2prio).encode())
         if n.pause is not None:
             put(f"{recorded.PAUSE}/{n.name}", recorded.format_ethtool_a(n.name, n.pause.autoneg, n.pause.rx, n.pause.tx).encode())
+        if n.phy is not None or n.module is not None:
+            doc = {**ethtool_nl.answers_of(n.phy), "module-eeprom": module_eeprom.answer_of(n.module)}
+            put(f"{recorded.ETHTOOL_NETLINK}/{n.name}.json", (json.dumps(doc, indent=1) + "\n").encode())
+    for h in snap.hcas:
+        for p in h.ports:
+            if p.link_diag is not None:
+                put(f"{recorded.LINK_TOOL}/{h.name}_{p.port}", mstlink.format_output(p.link_diag).encode())
     if host.is_live:
         put(recorded.UNAME, (json.dumps(uname(), indent=2) + "\n").encode())
         kmsg, why = read_kmsg_tail()

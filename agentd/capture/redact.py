@@ -51,10 +51,13 @@ What is replaced, and how it keeps its format for its readers:
   endings that are file types such as ``so`` or ``py``) becomes ``host-<8 hex>.invalid``;
   an e-mail address becomes ``user-<8 hex>@redacted.invalid``.
 - Serial numbers: JSON keys naming a serial (``serial``, ``board_serial``...), DMI
-  ``*_serial``, ``*asset_tag`` files, and in free text the value after ``Serial Number:``,
-  ``SerialNumber:``, ``serial=``, ``S/N:`` and the like: same length, digits stay digits,
-  letters stay letters of the same case, other characters kept. Placeholders (``To Be
-  Filled By O.E.M.``, ``Not Specified``...) are kept.
+  ``*_serial``, ``*asset_tag`` files, a pluggable module's vendor serial inside its
+  recorded EEPROM pages (``.agentd/ethtool-netlink/<if>.json``: SFF-8636 bytes 196-211,
+  CMIS 166-181 of upper page 00h, agentd.base.sff), and in free text the value after
+  ``Serial Number:``, ``SerialNumber:``, ``serial=``, ``S/N:`` and the like: same length,
+  digits stay digits, letters stay letters of the same case, other characters kept.
+  Placeholders (``To Be Filled By O.E.M.``, ``Not Specified``...) are kept. The rest of the
+  EEPROM pages (temperatures, powers, thresholds) is not identity and is kept as it is.
 
 Not replaced: PCI bus ids (topology, not identity), IB ``board_id`` (a part number, e.g.
 ``MT_0000000838``, the same on every board of a model), firmware and driver versions,
@@ -67,7 +70,8 @@ rest of config space carries no identity). Free text (the kernel log, ``etc/nccl
 is redacted by these patterns only: a name with fewer than three labels (``storage01``), a
 serial without one of the keywords above, or a domain outside the list can still pass.
 
-Only stdlib: a pure function of (key, hostnames, path, bytes).
+Only stdlib and a leaf (agentd.base.sff, the module memory maps): a pure function of
+(key, hostnames, path, bytes).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar, cast
 
+from agentd.base import sff
 from agentd.base.jsontypes import JsonValue
 
 __all__ = ["Redactor"]
@@ -100,6 +105,7 @@ _HEX_ID_FILE_RE = re.compile(r"(^|/)net/[^/]+/phys_(port|switch)_id$")
 # gateways and sources zeroed.
 _ROUTES_FILE_RE = re.compile(r"(^|/)proc/net/(route|ipv6_route)$")
 _HOSTNAME_FILE_RE = re.compile(r"(^|/)proc/sys/kernel/hostname$")
+_ETHTOOL_NETLINK_RE = re.compile(r"(^|/)\.agentd/ethtool-netlink/[^/]+\.json$")
 _PLACEHOLDERS = frozenset({
     "", "none", "n/a", "na", "0", "00000000", "0123456789", "not specified", "not applicable", "not available",
     "to be filled by o.e.m.", "default string", "system serial number", "chassis serial number",
@@ -240,6 +246,10 @@ class Redactor:
             return self._whole(data, self._hex_id)
         if _ROUTES_FILE_RE.search(path):
             return _default_routes_only(data, ipv6=name == "ipv6_route")
+        if _ETHTOOL_NETLINK_RE.search(path):
+            eeprom = self._module_eeprom(data)
+            if eeprom is not None:
+                return eeprom
         if name.endswith(".json") and b"\0" not in data:
             out = self._json(data)
             if out is not None:
@@ -560,6 +570,35 @@ class Redactor:
                 return self._hostname(obj)
             return self.redact_text(obj)
         return obj
+
+    def _module_eeprom(self, data: bytes) -> bytes | None:
+        """Recorded ethtool netlink answers with the module's vendor serial mapped inside
+        upper page 00h; None when the file is not that shape (then the JSON rules apply)."""
+        try:
+            doc = json.loads(data)
+            pages = doc.get("module-eeprom", {}).get("pages", []) if isinstance(doc, dict) else None
+            if not isinstance(pages, list):
+                return None
+            by_key = {(p["page"], p.get("bank", 0), p["offset"]): p for p in pages}
+            lower = bytes.fromhex(by_key[(0, 0, 0)]["data"]) if (0, 0, 0) in by_key else b""
+            upper = by_key.get((0, 0, sff.PAGE_SIZE))
+        except (ValueError, RecursionError, AttributeError, KeyError, TypeError):
+            return None
+        spec = sff.Sff8636 if lower[:1] and lower[0] in sff.SFF8636_IDS else sff.Cmis if lower[:1] and lower[0] in sff.CMIS_IDS else None
+        if spec is not None and upper is not None:
+            try:
+                buf = bytearray.fromhex(upper["data"])
+            except (ValueError, TypeError):
+                return None
+            start, length = spec.VENDOR_SN[0] - sff.PAGE_SIZE, spec.VENDOR_SN[1]
+            raw = bytes(buf[start : start + length])
+            text = raw.decode("ascii", "replace").rstrip(" \0")
+            if text and len(raw) == length:
+                new = self._serial(text).encode("ascii", "replace")[:length].ljust(length)
+                buf[start : start + length] = new
+                upper["data"] = buf.hex()
+        indent = 1 if b"\n" in data.strip() else None
+        return (json.dumps(doc, indent=indent) + ("\n" if data.endswith(b"\n") else "")).encode()
 
     def _pci_config(self, data: bytes) -> bytes:
         """Config space with each Device Serial Number capability's 8 bytes mapped as a

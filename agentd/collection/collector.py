@@ -35,9 +35,28 @@ from agentd.base.ids import VENDOR_NVIDIA as NVIDIA
 from agentd.base.memo import IdentityMemo
 from agentd.collection.backoff import ReadWindow, back_offs
 from agentd.config import AgentConfig
-from agentd.host import daemons, dcb, ethtool, infiniband, modules, ncclconf, netdev, nvml, pause, pci, pcie_errors, routes, system, versions
+from agentd.host import (
+    daemons,
+    dcb,
+    ethtool,
+    ethtool_nl,
+    hwmon,
+    infiniband,
+    module_eeprom,
+    modules,
+    mstlink,
+    ncclconf,
+    netdev,
+    nvml,
+    pause,
+    pci,
+    pcie_errors,
+    routes,
+    system,
+    versions,
+)
 from agentd.host.fs import HostRoot, JournalEntry, ReadContext, replay
-from agentd.host.gate import DeviceGate, GateState, covers
+from agentd.host.gate import DeviceGate, Gate, GateState, covers
 from agentd.host.kernel_log import KernelLogSource, read_kernel_log
 from agentd.host.runner import Lane, await_future
 from agentd.host.topology import gpu_nic_paths
@@ -52,6 +71,7 @@ from agentd.model import (
     IgnoredDevice,
     KernelEvent,
     KernelLog,
+    LinkDiag,
     NcclConf,
     Netdev,
     NodeSnapshot,
@@ -60,10 +80,13 @@ from agentd.model import (
     PciDevice,
     PciLinkRead,
     PfcConfig,
+    PhyLink,
     ProbeStatus,
     ReadError,
     SoftwareVersions,
     SystemInfo,
+    TempSensor,
+    Transceiver,
 )
 
 Tier = Literal["fast", "medium", "slow"]
@@ -99,12 +122,14 @@ class ProbeOutput:
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 ProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput]], T_co]
+# A probe that reads what the configuration says ([optics]): given it as well.
+ConfiguredProbeFn = Callable[[ReadContext, Mapping[str, ProbeOutput], AgentConfig], T_co]
 
 
 @dataclass(frozen=True)
 class ProbeSpec(Generic[T_co]):
-    """A probe: its reader ``fn`` gives a ``T_co`` (None: a stream the collector reads
-    itself, the kernel log)."""
+    """A probe: its reader ``fn`` gives a ``T_co`` (None: ``configured`` reads it, or else a
+    stream the collector reads itself, the kernel log)."""
 
     name: str
     tier: Tier
@@ -122,6 +147,8 @@ class ProbeSpec(Generic[T_co]):
     # none; and whether its quick checks (signals only) make them too.
     firmware: BackOffReads | None = None
     quick_firmware: bool = False
+    # A probe that needs the configuration: called instead of ``fn``.
+    configured: ConfiguredProbeFn[T_co] | None = None
 
 
 def _signals(files: frozenset[str], listings: Callable[[str], bool]) -> Callable[[JournalEntry], bool]:
@@ -150,6 +177,57 @@ def _rdma_netdevs(outputs: Mapping[str, ProbeOutput], ctx: ReadContext) -> list[
     not those of a function agentd backed off from (both are firmware commands on mlx5)."""
     return [n.name for n in data_of(outputs, NETDEV)
             if not n.is_virtual and n.link_layer == "Ethernet" and ctx.firmware_ok(n.pci_bus_id)]
+
+
+def _pci_netdevs(outputs: Mapping[str, ProbeOutput]) -> list[tuple[str, str | None]]:
+    """(netdev, its PCI bus id) of the Ethernet netdevs backed by a PCI device."""
+    return [(n.name, n.pci_bus_id) for n in data_of(outputs, NETDEV) if not n.is_virtual and n.link_layer == "Ethernet"]
+
+
+def firmware_gate(ctx: ReadContext) -> Gate:
+    """Which devices agentd may run firmware-backed reads on now (hwmon temperatures, module
+    EEPROM pages, link state, FEC and PHY counters): not those ``collect.ignore`` names (the
+    readers never list them) nor those agentd backed off from (agentd.host.gate)."""
+    return lambda bus_id: ctx.firmware_ok(bus_id, "firmware")
+
+
+class EthtoolRead(NamedTuple):
+    """The ethtool probe's output: ``ethtool -S`` statistics, and the PHY's link state and
+    FEC counters (ethtool netlink), both per netdev, read in the same medium-tier pass."""
+
+    stats: Mapping[str, dict[str, int]]
+    phy: Mapping[str, PhyLink]
+
+
+def _ethtool(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> EthtoolRead:
+    allowed = _rdma_netdevs(outputs, ctx)
+    phy = ethtool_nl.read_phy(ctx, allowed) if config.optics.enabled else {}
+    return EthtoolRead(ethtool.read_ethtool(ctx, allowed), phy)
+
+
+class OpticsRead(NamedTuple):
+    """The optics probe's output (slow tier, firmware register reads on mlx5): HCA
+    temperatures by PCI bus id, Ethernet ports' modules by netdev, and what the opt-in link
+    tool said of InfiniBand ports."""
+
+    temperatures: Mapping[str, tuple[TempSensor, ...]]
+    modules: Mapping[str, Transceiver]
+    link_diag: Mapping[tuple[str, int], LinkDiag]
+
+
+def _optics(ctx: ReadContext, outputs: Mapping[str, ProbeOutput], config: AgentConfig) -> OpticsRead:
+    o = config.optics
+    if not o.enabled:
+        return OpticsRead({}, {}, {})
+    gate = firmware_gate(ctx)
+    inventory = data_of(outputs, IB_GIDS)
+    temps = hwmon.read_hwmon(ctx, [h.pci_bus_id for h in inventory if h.pci_bus_id], gate)
+    modules = module_eeprom.read_modules(ctx, _pci_netdevs(outputs), gate)
+    diag: Mapping[tuple[str, int], LinkDiag] = {}
+    if o.link_tool != "off":
+        ports = [(h.name, p.port, h.pci_bus_id) for h in inventory if h.pci_bus_id for p in h.ports if p.link_layer == "InfiniBand"]
+        diag = mstlink.read_link_diag(ctx, o.link_tool, ports, timeout_s=o.link_tool_timeout_s, may_read=gate)
+    return OpticsRead(temps, modules, diag)
 
 
 def _pcie_errors(ctx: ReadContext, outputs: Mapping[str, ProbeOutput]) -> tuple[PciLinkRead, ...]:
@@ -218,8 +296,8 @@ NETDEV: ProbeSpec[tuple[Netdev, ...]] = ProbeSpec(
     "netdev", "fast", lambda c, o: netdev.read_netdevs(c, ecn=True), (),
     signals=_signals(netdev.LINK_SIGNALS, lambda p: p.endswith("/" + netdev.CLASS_NET)), firmware="firmware")
 GDR: ProbeSpec[GdrInfo] = ProbeSpec("gdr", "fast", lambda c, o: modules.read_gdr(c), GdrInfo())
-ETHTOOL: ProbeSpec[Mapping[str, dict[str, int]]] = ProbeSpec(
-    "ethtool", "medium", lambda c, o: ethtool.read_ethtool(c, _rdma_netdevs(o, c)), {}, after=("netdev",), journaled=_files_unless_live,
+ETHTOOL: ProbeSpec[EthtoolRead] = ProbeSpec(
+    "ethtool", "medium", None, EthtoolRead({}, {}), after=("netdev",), journaled=_files_unless_live, configured=_ethtool,
     firmware="firmware")
 DCB: ProbeSpec[FlowControl] = ProbeSpec(
     "dcb", "slow", _flow_control, FlowControl({}, {}), after=("netdev",), journaled=_files_unless_live, firmware="firmware")
@@ -227,11 +305,16 @@ DCB: ProbeSpec[FlowControl] = ProbeSpec(
 KERNEL: ProbeSpec[KernelLog] = ProbeSpec("kernel", "fast", None, KernelLog(asked=False), journaled=lambda host: False)
 NVML: ProbeSpec[NvmlInfo] = ProbeSpec(
     "nvml", "medium", lambda c, o: nvml.read_nvml(c), NvmlInfo(error="not collected yet"), nvml=True, journaled=lambda host: False)
+# Firmware register reads (hwmon, module EEPROM, the opt-in link tool): their answers
+# change with every read on a live node, so there is no journal to replay there.
+OPTICS: ProbeSpec[OpticsRead] = ProbeSpec(
+    "optics", "slow", None, OpticsRead({}, {}, {}), after=("netdev", "ib_gids"), journaled=_files_unless_live, configured=_optics,
+    firmware="firmware")
 # A live process table changes all the time: replaying its journal would only read it twice.
 DAEMONS: ProbeSpec[FabricDaemons] = ProbeSpec(
     "daemons", "slow", _fabric_daemons, FabricDaemons(), after=("pci",), journaled=lambda host: not host.is_live)
 
-PROBES: tuple[ProbeSpec[object], ...] = (SYSTEM, PCI, PCI_ERRORS, IB, IB_COUNTERS, IB_GIDS, NETDEV, GDR, ETHTOOL, DCB, KERNEL, NVML, DAEMONS)
+PROBES: tuple[ProbeSpec[object], ...] = (SYSTEM, PCI, PCI_ERRORS, IB, IB_COUNTERS, IB_GIDS, NETDEV, GDR, ETHTOOL, DCB, KERNEL, NVML, OPTICS, DAEMONS)
 PROBE_BY_NAME = {p.name: p for p in PROBES}
 # The probe catalogue: every probe name with its tier, in collection order. Tests, the
 # daemon's tier loops and the metrics take probe names from here.
@@ -255,10 +338,11 @@ def data_of(outputs: Mapping[str, ProbeOutput], spec: ProbeSpec[T]) -> T:
     return cast(T, out.data) if out is not None else spec.empty
 
 
-def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None]) -> tuple[Hca, ...]:
+def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hca, ...], pci_numa: Mapping[str, int | None],
+                optics: OpticsRead) -> tuple[Hca, ...]:
     """The HCAs and ports of the fast read (``link``), with the medium read's counters and
     the slow read's GID tables, port netdevs, sm_sl, tclass override and HCA inventory
-    (attributes, PCI, NUMA)."""
+    (attributes, PCI, NUMA), and the optics read's temperatures and link-tool answers."""
     inventory = {h.name: h for h in slow}
     by_counters = {(h.name, p.port): p for h in counters for p in h.ports}
     by_slow = {(h.name, p.port): p for h in slow for p in h.ports}
@@ -277,10 +361,17 @@ def _merge_hcas(link: tuple[Hca, ...], counters: tuple[Hca, ...], slow: tuple[Hc
                 upd["netdev"] = s.netdev
                 upd["sm_sl"] = s.sm_sl
                 upd["tclass"] = s.tclass
+            diag = optics.link_diag.get((h.name, p.port))
+            if diag is not None:
+                upd["link_diag"] = diag
             ports.append(p.model_copy(update=upd) if upd else p)
         base = inventory.get(h.name, h)  # the link read has no inventory: defaults until slow runs
         numa = base.numa_node if base.numa_node is not None else pci_numa.get(base.pci_bus_id or "")
-        merged.append(base.model_copy(update={"ports": tuple(ports), "numa_node": numa}))
+        hupd: dict[str, object] = {"ports": tuple(ports), "numa_node": numa}
+        temps = optics.temperatures.get(base.pci_bus_id or "")
+        if temps:
+            hupd["temperatures"] = temps
+        merged.append(base.model_copy(update=hupd))
     return tuple(merged)
 
 
@@ -316,12 +407,16 @@ def _links_from_netdevs(hcas: tuple[Hca, ...], netdevs: tuple[Netdev, ...], back
     return tuple(out)
 
 
-def _merge_netdevs(nds: tuple[Netdev, ...], stats: Mapping[str, dict[str, int]], flow: FlowControl) -> tuple[Netdev, ...]:
+def _merge_netdevs(nds: tuple[Netdev, ...], eth: EthtoolRead, flow: FlowControl, modules: Mapping[str, Transceiver]) -> tuple[Netdev, ...]:
     out = []
     for n in nds:
         upd: dict[str, object] = {}
-        if n.name in stats:
-            upd["ethtool"] = stats[n.name]
+        if n.name in eth.stats:
+            upd["ethtool"] = eth.stats[n.name]
+        if n.name in eth.phy:
+            upd["phy"] = eth.phy[n.name]
+        if n.name in modules:
+            upd["module"] = modules[n.name]
         if n.name in flow.pfc:
             upd["pfc"] = flow.pfc[n.name]
         if n.name in flow.pause:
@@ -377,8 +472,9 @@ def assemble(outputs: Mapping[str, ProbeOutput], host_root: str, taken_at: float
     backed = gate.backed_off if gate is not None else {}
     pci_devs = _merge_pci(data_of(outputs, PCI), data_of(outputs, PCI_ERRORS))
     pci_numa = {d.bdf: d.numa_node for d in pci_devs}
-    netdevs = _merge_netdevs(data_of(outputs, NETDEV), data_of(outputs, ETHTOOL), data_of(outputs, DCB))
-    hcas = _merge_hcas(data_of(outputs, IB), data_of(outputs, IB_COUNTERS), data_of(outputs, IB_GIDS), pci_numa)
+    optics = data_of(outputs, OPTICS)
+    netdevs = _merge_netdevs(data_of(outputs, NETDEV), data_of(outputs, ETHTOOL), data_of(outputs, DCB), optics.modules)
+    hcas = _merge_hcas(data_of(outputs, IB), data_of(outputs, IB_COUNTERS), data_of(outputs, IB_GIDS), pci_numa, optics)
     hcas = _links_from_netdevs(hcas, netdevs, backed)
     nv = data_of(outputs, NVML)
     sysread = data_of(outputs, SYSTEM)
@@ -573,7 +669,12 @@ class Collector:
                             ignored=prev.ignored, began=began, signals_only=signals_only)
         ctx = ReadContext(self.host, spec.name, journal=[] if journaled else None, gate=self.gate)
         try:
-            data = self._stream(ctx) if spec.fn is None else spec.fn(ctx, deps)
+            if spec.configured is not None:
+                data = spec.configured(ctx, deps, self.config)
+            elif spec.fn is None:
+                data = self._stream(ctx)
+            else:
+                data = spec.fn(ctx, deps)
         finally:
             ctx.close()
         journal = tuple(ctx.journal) if ctx.journal is not None else None

@@ -8,8 +8,8 @@ history's readers use, as declared by agentd.model's ``HistoryEntry`` and its re
 ``PciReading``). The checks see the history through those Protocols, so mypy proves that
 no check reads what a compact entry does not keep. Kept: per IB port its number, state,
 phys_state, link layer, netdev and every counter and hw_counter; per netdev its operstate,
-carrier, carrier change counts (RoCE flaps between polls) and the ``HISTORY_ETHTOOL``
-statistics; per NVLink its number, state and error
+carrier, carrier change counts (RoCE flaps between polls), the ``HISTORY_ETHTOOL``
+statistics and the PHY's link-down and FEC counters (``phy_counters``); per NVLink its number, state and error
 counters; per GPU its PCIe replay counter; per PCI function with AER counters its PcieAer
 (shared while equal) and current link speed and width.
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 from array import array
 from typing import Callable, Iterator, Mapping, Sequence, TypeVar, overload
 
-from agentd.model import HISTORY_ETHTOOL, GpuReading, HcaReading, NetdevReading, NodeSnapshot, PcieAer, PciReading, PortReading
+from agentd.model import HISTORY_ETHTOOL, GpuReading, HcaReading, NetdevReading, NodeSnapshot, PcieAer, PciReading, PhyLink, PortReading, phy_counters
 
 T = TypeVar("T")
 
@@ -111,12 +111,12 @@ class HcaEntry:
 
 
 class NetdevEntry:
-    """A NetdevReading: link state, the carrier change counts and the HISTORY_ETHTOOL statistics."""
+    """A NetdevReading: link state, the carrier change counts, the HISTORY_ETHTOOL statistics and the PHY's counters."""
 
-    __slots__ = ("name", "operstate", "carrier", "carrier_changes", "carrier_down_count", "ethtool")
+    __slots__ = ("name", "operstate", "carrier", "carrier_changes", "carrier_down_count", "ethtool", "phy")
 
-    def __init__(self, n: NetdevReading, ethtool: Mapping[str, int] | None):
-        self.name, self.operstate, self.carrier, self.ethtool = n.name, n.operstate, n.carrier, ethtool
+    def __init__(self, n: NetdevReading, ethtool: Mapping[str, int] | None, phy: PhyLink | None = None):
+        self.name, self.operstate, self.carrier, self.ethtool, self.phy = n.name, n.operstate, n.carrier, ethtool, phy
         self.carrier_changes, self.carrier_down_count = n.carrier_changes, n.carrier_down_count
 
     def same_link(self, n: NetdevReading) -> bool:
@@ -276,9 +276,12 @@ class Compactor:
         eth = None
         if n.ethtool is not None:
             eth = self.table({k: n.ethtool[k] for k in _ETHTOOL if k in n.ethtool}, prev.ethtool if prev else None)
-        if prev is not None and prev.same_link(n) and prev.ethtool is eth:
+        phy = phy_counters(n.phy)
+        if prev is not None and prev.phy == phy:
+            phy = prev.phy
+        if prev is not None and prev.same_link(n) and prev.ethtool is eth and prev.phy is phy:
             return prev
-        return NetdevEntry(n, eth)
+        return NetdevEntry(n, eth, phy)
 
     def _layout(self, shape: tuple[tuple[int, str, tuple[str, ...]], ...]) -> Layout:
         layout = self._layouts.get(shape)
@@ -339,7 +342,7 @@ class Compactor:
         return prev if prev is not None and prev.key() == e.key() else e
 
     def _aged_netdev(self, n: NetdevEntry, prev: NetdevEntry | None) -> NetdevEntry:
-        if prev is not None and prev.same_link(n) and prev.ethtool is None:
+        if prev is not None and prev.same_link(n) and prev.ethtool is None and prev.phy is None:
             return prev
         return NetdevEntry(n, None)
 

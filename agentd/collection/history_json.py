@@ -22,7 +22,8 @@ Entry::
      "hcas": [{"name", "ports": [{"port", "state", "phys_state", "link_layer", "netdev",
                                   "counters", "hw_counters"}]}],
      "netdevs": [{"name", "operstate", "carrier", "carrier_changes", "carrier_down_count",
-                  "ethtool": {HISTORY_ETHTOOL statistics} | null}],
+                  "ethtool": {HISTORY_ETHTOOL statistics} | null,
+                  "phy": {"link_down_events", "fec": {"corrected_blocks", ...}} | null}],
      "gpus": [{"index", "pci_bus_id", "error", "pcie_replay_errors",
                "nvlinks": [{"link", "state", "errors"}]}],
      "pci": [{"bdf", "aer": PcieAer | null, "current_link_speed", "current_link_width"}]}
@@ -40,7 +41,7 @@ from typing import Hashable, Mapping, Sequence
 
 from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.collection.compact import CompactEntry, Compactor, GpuEntry, HcaEntry, NetdevEntry, PciEntry, reuse_if_same
-from agentd.model import HISTORY_ETHTOOL, Hca, HistoryEntry, Netdev, NvmlGpu, PciLinkRead, PortReading
+from agentd.model import HISTORY_ETHTOOL, Hca, HistoryEntry, Netdev, NvmlGpu, PciLinkRead, PhyLink, PortReading, phy_counters
 
 EXPORT_MAX_ENTRIES = 400  # entries a state file holds at most (History.export)
 EXPORT_RATE_POINTS = 12  # readings within the rate window it keeps
@@ -63,6 +64,11 @@ def _kept(ethtool: Mapping[str, int] | None) -> dict[str, int] | None:
     return None if ethtool is None else {k: ethtool[k] for k in _ETHTOOL if k in ethtool}
 
 
+def _phy(phy: PhyLink | None) -> JsonObject | None:
+    kept = phy_counters(phy)
+    return None if kept is None else kept.model_dump(exclude_defaults=True)
+
+
 def entry_json(s: HistoryEntry, full: bool = True) -> JsonObject:
     """One history entry (whole or compact) as JSON-ready data; ``full=False``: the IB port
     states with ``link_downed`` and the PCIe links only."""
@@ -72,7 +78,8 @@ def entry_json(s: HistoryEntry, full: bool = True) -> JsonObject:
         "nvml": {"available": s.nvml.available, "asked": s.nvml.asked},
         "hcas": [{"name": h.name, "ports": [_port_json(p, full) for p in h.ports]} for h in s.hcas],
         "netdevs": [{"name": n.name, "operstate": n.operstate, "carrier": n.carrier, "carrier_changes": n.carrier_changes,
-                     "carrier_down_count": n.carrier_down_count, "ethtool": _kept(n.ethtool)} for n in s.netdevs] if full else [],
+                     "carrier_down_count": n.carrier_down_count, "ethtool": _kept(n.ethtool), "phy": _phy(n.phy)}
+                    for n in s.netdevs] if full else [],
         "gpus": [{"index": g.index, "pci_bus_id": g.pci_bus_id, "error": g.error, "pcie_replay_errors": g.pcie_replay_errors,
                   "nvlinks": [{"link": x.link, "state": x.state, "errors": dict(x.errors)} for x in g.nvlinks]}
                  for g in s.nvml.gpus] if full else [],

@@ -160,6 +160,16 @@ def _dscp_apps(table: bytes) -> dict[int, int]:
     return out
 
 
+def raise_for_error(payload: bytes) -> None:
+    """An NLMSG_ERROR's payload: NetlinkError for an error, nothing for an ACK (error 0);
+    ValueError when it is too short to say."""
+    if len(payload) < 4:
+        raise ValueError("short NLMSG_ERROR")
+    err = -struct.unpack_from("=i", payload)[0]
+    if err:
+        raise NetlinkError(err)
+
+
 def parse_reply(data: bytes, seq: int) -> tuple[bool, PfcConfig | None]:
     """(answered, config) for our request ``seq`` in a received datagram. Raises
     NetlinkError for an NLMSG_ERROR answer, ValueError for malformed data."""
@@ -167,11 +177,7 @@ def parse_reply(data: bytes, seq: int) -> tuple[bool, PfcConfig | None]:
         if mseq != seq:
             continue
         if mtype == NLMSG_ERROR:
-            if len(payload) < 4:
-                raise ValueError("short NLMSG_ERROR")
-            err = -struct.unpack_from("=i", payload)[0]
-            if err:
-                raise NetlinkError(err)
+            raise_for_error(payload)
             continue  # a bare ACK
         if mtype == NLMSG_DONE:
             return True, None

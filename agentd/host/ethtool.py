@@ -87,6 +87,12 @@ def _ioctl(sock: socket.socket, ifname: bytes, buf: ctypes.Array[ctypes.c_char])
     fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifr, True)
 
 
+def ethtool_ioctl(sock: socket.socket, ifname: bytes, buf: ctypes.Array[ctypes.c_char]) -> None:
+    """SIOCETHTOOL with ``buf`` (its first u32 the ETHTOOL_* command) for ``ifname``
+    (the module EEPROM reader's legacy fallback uses it too). Raises OSError."""
+    _ioctl(sock, ifname, buf)
+
+
 def _stats_count(sock: socket.socket, ifname: bytes) -> int:
     # struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[]; }
     buf = ctypes.create_string_buffer(24)

@@ -35,13 +35,18 @@ class_link)`` before touching a device, ``ctx.firmware_ok(bdf, "firmware")`` bef
 firmware-backed files (agentd.host.fs.ReadContext). The state is replaced whole on every
 change (``state``), so the collector can tell by identity that a probe must read in full
 instead of replaying a journal that reads what is now gated.
+
+``Gate`` is the same question as a plain predicate on a PCI bus id, for the readers that
+take one (issue 38's hwmon temperatures and module EEPROM pages): the collector passes
+``ctx.firmware_ok`` of its context, so ``collect.ignore`` and the back-off decide for them
+too. A refused device is not read at all, and is not an error.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from types import MappingProxyType
@@ -167,3 +172,11 @@ class DeviceGate:
             vpd = ctx.raw(f"{fn}/vpd", max_bytes=VPD_MAX_BYTES)
         if vpd is not None and LPF_VPD_FIELD in vpd:
             self.back_off(BackedOff(pci_bus_id=bdf, reads="firmware", reason="limited_pf", evidence=LPF_EVIDENCE, since=time.time()))
+
+
+Gate = Callable[[str], bool]  # PCI bus id (dddd:bb:dd.f) -> may agentd run firmware reads on it now
+
+
+def allow_all(bus_id: str) -> bool:
+    """The gate when nothing restricts firmware reads (tests, a reader used alone)."""
+    return True

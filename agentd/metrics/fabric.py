@@ -100,7 +100,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("agentd_netdev_mtu_bytes", G, "Interface MTU.", ("netdev",)),
     Family("agentd_netdev_mtu_expected_bytes", G, "MTU the interface should have (expect.roce_mtu for RoCE compute interfaces, expect.ipoib_mtu for IPoIB when set).", ("netdev",)),
     Family("agentd_netdev_speed_bytes_per_second", G, "Link speed from sysfs (Mb/s x 125000); absent when unknown.", ("netdev",)),
-    Family("agentd_netdev_carrier_changes_total", C, "carrier_changes from sysfs.", ("netdev",)),
+    Family("agentd_netdev_carrier_changes_total", C, "carrier_changes from sysfs, on kernels before 4.16 only (later it is the sum of the up and down counts).", ("netdev",)),
     Family("agentd_netdev_carrier_up_changes_total", C, "carrier_up_count from sysfs.", ("netdev",)),
     Family("agentd_netdev_carrier_down_changes_total", C, "carrier_down_count from sysfs.", ("netdev",)),
 )
@@ -244,7 +244,9 @@ def render(x: Exposition, s: MetricsSource) -> None:
             x.add("agentd_netdev_mtu_expected_bytes", (name,), exp)
         if n.speed_mbps is not None:
             x.add("agentd_netdev_speed_bytes_per_second", (name,), n.speed_mbps * 125_000)
-        if n.carrier_changes is not None:
+        # since Linux 4.16 carrier_changes is carrier_up_count + carrier_down_count
+        # (net/core/net-sysfs.c carrier_changes_show): exported only where those are absent
+        if n.carrier_changes is not None and (n.carrier_up_count is None or n.carrier_down_count is None):
             x.add("agentd_netdev_carrier_changes_total", (name,), n.carrier_changes)
         if n.carrier_up_count is not None:
             x.add("agentd_netdev_carrier_up_changes_total", (name,), n.carrier_up_count)

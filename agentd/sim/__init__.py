@@ -16,7 +16,9 @@ Public API::
 A host root written here is what agentd's readers see on a node (DESIGN.md section 3):
 ``sys/`` in the kernel's layout with relative symlinks, ``proc/``, and ``.agentd/``
 with ``manifest.json`` (agentd.base.recorded), ``simulation.json`` (profile + applied faults), ``nvml.json`` (NVML answers),
-``ethtool/<if>`` (``ethtool -S`` text) and ``dcb/<if>`` (``mlnx_qos -i`` text); ``proc/<pid>/comm``
+``ethtool/<if>`` (``ethtool -S`` text), ``dcb/<if>`` (``mlnx_qos -i`` text) and
+``ethtool-netlink/<if>.json`` (link state, FEC, module EEPROM pages: agentd.sim.optics);
+HCAs have mlx5 ``hwmon`` sensors; ``proc/<pid>/comm``
 is the node's process table (systemd, and the fabric daemons the profile runs). Beside
 them: ``etc/nccl.conf`` (RoCE profiles), ``usr/lib/<triplet>/libibverbs.so.1`` (rdma-core).
 

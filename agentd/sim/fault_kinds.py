@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 from agentd.sim import effects_kmsg as K
 from agentd.sim import effects_link as L
 from agentd.sim import effects_node as N
+from agentd.sim import effects_optics as O
 from agentd.sim import effects_qos as Q
 from agentd.sim.node import KMSG
 from agentd.sim.pcicfg import ACS_KERNEL_ENABLE
@@ -185,6 +186,15 @@ _KINDS = [
          K.xid_apply, K.nothing_to_restore, K.xid_code, _const(79), "XID (13, 43, 63, 79, 94, 95, 119)", K.the_log),
     Kind("fell_off_bus_multiline", "gpu", "dev/kmsg gets the three-line 'The NVIDIA GPU ... has fallen off the bus and is not responding to commands.' record the driver prints without an Xid line (log only grows, as xid)",
          K.off_bus_multiline_apply, K.nothing_to_restore, advancing=K.the_log),
+    # issue 38: the physical layer (agentd.sim.optics)
+    Kind("module_hot", "port", "the HCA's hwmon module sensor (temp2_input, temp2_highest) reads VALUE degC (default 78: above its crit 70 and the module's own high alarm 75); a RoCE port's module EEPROM too: lower page temperature and its latched high alarm/warning flags (restored)",
+         O.module_hot_apply, O.module_hot_restores, _int(-40, 150), _const(78), "degC (default 78)", O.module_file, O.module_hot_on_clear),
+    Kind("rx_power_low", "roce", "the module EEPROM's page 11h: lane VALUE (default 1) receives half the module's Rx power low alarm (0.04 mW, -14 dBm) and its low alarm and low warning flags are latched (restored)",
+         O.rx_power_low_apply, O.module_restores, _int(1, 4), _const(1), "lane 1-4 (default 1)", O.module_file, O.module_hot_on_clear),
+    Kind("fec_errors", "roce", "ethtool rx_corrected_bits_phy += N (default 10^12), the FEC netlink answer's corrected blocks += N/100 and uncorrectable blocks += N/10^9 (at least 1): a pre-FEC BER far above the limit and frames lost; applying again adds more (advanced, as pause_storm)",
+         O.fec_errors_apply, O.module_restores, _int(1, 10**15), _const(10**12), "N corrected bits", O.fec_advancing),
+    Kind("link_down_reason", "roce", "port_down (Polling) and the ethtool netlink link state says why: ext-state VALUE (default no_cable; kernel enum ethtool_link_ext_state names), link 0, ext-down-cnt +1; clearing brings the link back and drops the reason (ext-down-cnt stays advanced)",
+         O.link_down_reason_apply, L.port_down_restores, _choice(*O.EXT_STATES), _const("no_cable"), "|".join(O.EXT_STATES), O.link_down_reason_advancing, O.link_down_reason_on_clear),
     Kind("mlx5_cmd_timeout", "nic", "dev/kmsg gets VALUE (default 5) mlx5_core firmware command timeouts ('wait_func ... ENABLE_HCA(0x104) timeout. Will cause a leak of a command resource') for the HCA (log only grows, as xid)",
          K.mlx5_cmd_timeout_apply, K.nothing_to_restore, _int(1, 10000), _const(5), "N timeouts", K.the_log),
     Kind("mlx5_access_reg", "nic", "dev/kmsg gets VALUE (default 2) mlx5_core 'mlx5_cmd_out_err ... ACCESS_REG(0x805) op_mod(0x1) failed, status bad operation(0x2)' lines for the HCA: what a Fabric Manager limited PF logs for every counter read (log only grows, as xid)",

@@ -38,6 +38,10 @@ def _roce_compute(p: Profile) -> bool:
     return any(h.compute and h.link_layer == "Ethernet" for h in p.hcas)
 
 
+def _ethernet(p: Profile) -> bool:
+    return any(h.link_layer == "Ethernet" for h in p.hcas)
+
+
 def _nvlink(p: Profile) -> bool:
     return p.nvlinks_per_gpu > 0
 
@@ -55,6 +59,7 @@ def _nvswitch_board(p: Profile) -> bool:
 
 
 ANY = Where("every profile", _any)
+ETHERNET = Where("Ethernet RDMA ports, storage NICs too (the physical layer is judged on every port)", _ethernet)
 ROCE = Where("RoCE compute ports (the QoS chain of storage NICs is not judged)", _roce_compute)
 NVLINK = Where("GPUs with NVLink", _nvlink)
 RACK = Where("a rack NVLink domain (GB200 NVL)", _rack)
@@ -123,6 +128,10 @@ SCOPES: dict[str, Scope] = {
     "xid": Scope(ANY, "gpu.xid", "critical", "XID 79; application XIDs 13, 43 are only counted"),
     "fell_off_bus_multiline": Scope(ANY, "gpu.off_bus", "critical"),
     "mlx5_cmd_timeout": Scope(ANY, "hca.firmware", "warning"),
+    "module_hot": Scope(ANY, "optics.module.temperature", "critical", "the HCA's hwmon module sensor above its crit"),
+    "rx_power_low": Scope(ETHERNET, "optics.rx_power.low", "critical", "a RoCE port's module EEPROM: InfiniBand ports have none in the kernel"),
+    "fec_errors": Scope(ETHERNET, "optics.fec.pre_fec_ber", "warning", "optics.fec.uncorrectable beside it"),
+    "link_down_reason": Scope(ETHERNET, "ib.port.down", "critical", "the message names the PHY's reason"),
     "mlx5_access_reg": Scope(ANY, "collect.device.backed_off", "ok", "a fact: the HCA's firmware-backed reads stop for the boot"),
 }
 _DEFAULT = Scope(ANY, "?", "?", "see docs/fault-matrix.md")

@@ -13,7 +13,8 @@ ifindex order: lo 1, the bootstrap NIC 2, then the HCA netdevs in profile order.
 ``.agentd/ethtool/<if>`` holds ``ethtool -S <if>`` text (``NIC statistics:`` then
 ``     name: value``) for every Ethernet netdev with a driver (mlx5 names incl.
 rx/tx_prioN_pause, *_pause_duration, rx_vport_rdma_unicast_bytes, rx/tx_discards_phy,
-link_down_events_phy; a short igb set for eno1). ``.agentd/dcb/<if>`` holds
+rx_pcs_symbol_err_phy, rx_corrected_bits_phy (en_stats.c, PPCNT physical layer statistical
+group), link_down_events_phy; a short igb set for eno1). ``.agentd/dcb/<if>`` holds
 ``mlnx_qos -i <if>`` text for each mlx5 Ethernet netdev, in the format of the captured
 att/netarbiter output: trust dscp, the default dscp2prio map (DSCP d -> priority d >> 3),
 PFC on the profile's RoCE priority only; ``.agentd/pause/<if>`` its ``ethtool -a`` text:
@@ -121,6 +122,8 @@ def ethtool_stats(hca: HcaSpec, index: int) -> dict[str, int]:
         "tx_discards_phy": 0,
         "rx_pause_ctrl_phy": 0,
         "tx_pause_ctrl_phy": 0,
+        "rx_pcs_symbol_err_phy": 0,
+        "rx_corrected_bits_phy": 2_104_552,
         "link_down_events_phy": 1,
     }
     for p in range(8):

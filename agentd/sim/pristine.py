@@ -20,7 +20,7 @@ from pathlib import Path
 
 from agentd import __version__
 from agentd.base import recorded
-from agentd.sim import net, node, rdma
+from agentd.sim import net, node, optics, rdma
 from agentd.sim.boot import BOOTED_AGO_S, write_boot_time
 from agentd.sim.pci import pci_layout, write_pci
 from agentd.sim.profiles import PROFILES, Profile
@@ -43,6 +43,7 @@ def write_profile_tree(profile: Profile, root: Path, *, booted_ago_s: float = BO
     write_pci(root, profile, layout)
     rdma.write_rdma(root, profile, layout)
     net.write_netdevs(root, profile, layout)
+    optics.write_optics(root, profile, layout)
     node.write_node(root, profile)
     node.write_log(root, str(uuid.uuid4()))  # each build is a new boot
     now = time.time()

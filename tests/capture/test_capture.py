@@ -23,6 +23,7 @@ CASES = [
     ("h100-ib", ("nvml_init_error",)),
     ("h100-roce", ()),
     ("h100-roce", ("pfc_off", "mtu_mismatch", "ecn_off")),
+    ("h100-roce", ("module_hot@ens2np0", "rx_power_low@ens3np0", "link_down_reason@ens4np0", "fec_errors@ens5np0")),
     ("pcie-4gpu", ()),
     ("pcie-4gpu", ("gpu_removed",)),
 ]

@@ -170,6 +170,9 @@ def _dump(snap: Any) -> dict[str, Any]:
     d = snap.model_dump(mode="json")
     for k in ("host_root", "taken_at", "host_mode_reason", "probes", "collection_seconds"):
         d.pop(k, None)
+    for n in d.get("netdevs", []):  # a module's serial is mapped inside its EEPROM pages (test_module_serial_is_mapped_inside_its_pages)
+        for k in ("serial", "pages"):
+            (n.get("module") or {}).pop(k, None)
     return d
 
 
@@ -187,6 +190,25 @@ def test_readers_see_the_same_node_modulo_the_mapping(roce: tuple[Path, Path, Re
     assert [g.pci_bus_id for g in after.gpus] == [g.pci_bus_id for g in before.gpus]
     fa, fb = judge(before, (), cfg, None).findings, judge(after, (), cfg, None).findings
     assert [(f.code, f.severity, f.subject) for f in fa] == [(f.code, f.severity, f.subject) for f in fb]
+
+
+def test_module_serial_is_mapped_inside_its_pages(roce: tuple[Path, Path, Redactor]) -> None:
+    """The recorded ethtool netlink answers carry each module's EEPROM pages: its vendor
+    serial (CMIS upper page 00h bytes 166-181) is mapped in place, the same width, and the
+    pages still decode to the same module otherwise."""
+    src, dst, r = roce
+    cfg = AgentConfig(timeouts={"nvml_s": 1})
+    before = {n.name: n.module for n in collect_once(HostRoot.at(src), cfg).netdevs if n.module is not None}
+    after = {n.name: n.module for n in collect_once(HostRoot.at(dst), cfg).netdevs if n.module is not None}
+    assert before and set(after) == set(before)
+    blob = b"\n".join(files_of(dst).values())
+    for name, m in before.items():
+        got = after[name]
+        assert m is not None and got is not None and m.serial and got.serial
+        assert got.serial != m.serial and len(got.serial) == len(m.serial)
+        assert m.serial.encode() not in blob and m.serial.encode().hex().encode() not in blob
+        assert got.model_copy(update={"serial": None, "pages": ()}) == m.model_copy(update={"serial": None, "pages": ()})
+    assert len({m.serial for m in after.values() if m is not None}) == len(after)  # distinct serials stay distinct
 
 
 @pytest.mark.tree

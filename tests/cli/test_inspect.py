@@ -148,6 +148,12 @@ FAULTS = {
     "dscp_map_lossy": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["pfc"]["dscp2prio"]["26"] == 0),
     "nccl_tc_mismatch": ("h100-roce", lambda d: d["nccl_conf"]["variables"]["NCCL_IB_TC"] == "0"),
     "roce_lossy_traffic": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["ethtool"]["tx_prio0_bytes"] >= 10**11),
+    # issue 38: the physical layer (hwmon, ethtool netlink, the module's EEPROM pages)
+    "module_hot": ("h100-roce", lambda d: [t["temperature_c"] for t in d["hcas"][0]["temperatures"] if t["kind"] == "module"] == [78.0]
+                   and netdev(d, port(d)["netdev"])["module"]["temperature_c"] == 78.0),
+    "rx_power_low": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["module"]["lanes"][0]["rx_power_flags"] == ["low_alarm", "low_warning"]),
+    "fec_errors": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["phy"]["fec"]["uncorrectable_blocks"] >= 1),
+    "link_down_reason": ("h100-roce", lambda d: netdev(d, port(d)["netdev"])["phy"]["ext_state"] == "no_cable" and port(d)["state"] == "DOWN"),
 }
 
 # Fields a real link also advances (the fault moves counters forward, clearing does not
@@ -155,7 +161,7 @@ FAULTS = {
 VOLATILE = ("taken_at", "probes")
 # Faults that only advance counters: the counters stay where they are after clearing (a
 # rate over time clears the finding, which the daemon tests cover).
-COUNTER_FAULTS = {"roce_lossy_traffic", "flapping", "nvlink_errors", "pause_storm", "aer_uncorrectable", "aer_correctable", "pcie_replay"}
+COUNTER_FAULTS = {"roce_lossy_traffic", "flapping", "nvlink_errors", "pause_storm", "aer_uncorrectable", "aer_correctable", "pcie_replay", "fec_errors"}
 # Faults that print to the kernel log: a log only grows, clearing leaves the lines.
 LOG_FAULTS = {"xid", "fell_off_bus_multiline", "mlx5_cmd_timeout", "mlx5_access_reg"}
 
@@ -169,6 +175,8 @@ def comparable(doc: dict) -> dict:
     for n in d["netdevs"]:
         for k in ("carrier_changes", "carrier_up_count", "carrier_down_count", "ethtool"):
             n.pop(k, None)
+        for k in ("fec", "link_down_events"):  # the PHY's counters
+            (n.get("phy") or {}).pop(k, None)
     for g in d["nvml"]["gpus"]:
         g.pop("pcie_replay_errors", None)
         for link in g["nvlinks"]:

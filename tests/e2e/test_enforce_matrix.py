@@ -6,7 +6,7 @@ Per fault: the fault is injected; outside a safe window the drift is only report
 left them, no apply counted); ``agentd maintenance on`` opens the window and the daemon
 fixes it (the check's finding and the drift go, ``agentd_enforce_applies_total`` +1, a
 journal entry by the daemon with the prior value); ``agentd maintenance off``: /health 200
-ok, no findings. Set ``AGENTD_WRITE_FAULT_MATRIX=docs/fault-matrix.md`` to (re)write the
+ok, no findings. Set ``TEST_WRITE_FAULT_MATRIX=docs/fault-matrix.md`` to (re)write the
 "Enforcement" section of that file. Deadlines are bounded polls.
 """
 
@@ -27,7 +27,7 @@ from tests.support.daemon_harness import REACT_S, ROOT, Daemons, at_rest, poll, 
 
 pytestmark = pytest.mark.e2e
 
-MATRIX_ENV = "AGENTD_WRITE_FAULT_MATRIX"
+MATRIX_ENV = "TEST_WRITE_FAULT_MATRIX"
 SECTION = "## Enforcement"
 QUIET_S = 2.0  # how long drift is watched staying unfixed outside a window
 # fault -> (profile, knob, the check's finding it clears, (code, subject) of its drift finding)

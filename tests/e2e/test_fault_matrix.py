@@ -23,7 +23,7 @@ within a CI run, recovery is driven explicitly (the ``recovery`` column says how
   daemon reads as a counter reset and stops reporting a rate;
 - nvml_hang uses ``nvml_hang=2``: the hung call holds the NVML lane 2 s after the clear.
 
-Set ``AGENTD_WRITE_FAULT_MATRIX=docs/fault-matrix.md`` to (re)write the printed table.
+Set ``TEST_WRITE_FAULT_MATRIX=docs/fault-matrix.md`` to (re)write the printed table.
 Deadlines are bounded polls; nothing asserts how fast the daemon was.
 """
 
@@ -54,7 +54,7 @@ FLAP_WINDOW_S = 6.0
 RETRAIN_WINDOW_S = 6.0
 HANG_S = 2
 KERNEL_WINDOW_S = 6.0  # kernel.window_s and hold_s: a kernel log fault clears once this has passed
-MATRIX_ENV = "AGENTD_WRITE_FAULT_MATRIX"
+MATRIX_ENV = "TEST_WRITE_FAULT_MATRIX"
 
 
 def _expectations() -> dict[str, tuple[str, str, tuple[str, str, str]]]:
@@ -185,6 +185,17 @@ CASES: dict[str, Case] = {
     "roce_lossy_traffic": Case(("roce_priority_bytes_total{transmitted, other} +1e11", _rose("agentd_roce_priority_bytes_total", 10**11, netdev="ens1np0", priority="other", direction="transmitted")),
                                leaves="mlx5_0:1", reset_counters=True, recovery="counters reset", note="60 s rate window: recovered after the counters reset"),
     "imex_down": Case(("fabric_daemon_up{nvidia-imex} 0", _eq("agentd_fabric_daemon_up", 0, daemon="nvidia-imex")), note="[fabric] imex = true on this daemon"),
+    # issue 38: the physical layer (optics probe: slow tier; ethtool netlink: medium tier)
+    "module_hot": Case(("transceiver_temperature_max_celsius 78", _eq("agentd_transceiver_temperature_max_celsius", 78)), leaves="mlx5_0:1",
+                       note="the HCA's hwmon module sensor above its crit (70 degC); an InfiniBand port has no module EEPROM in the kernel"),
+    "rx_power_low": Case(("transceiver_rx_power_min_watts lower", _lt("agentd_transceiver_rx_power_min_watts", netdev="ens1np0")), leaves="mlx5_0:1",
+                         note="lane 1 below the module's own low alarm, its latched flags set"),
+    "fec_errors": Case(("fec_uncorrectable_blocks_total +1000", _rose("agentd_netdev_fec_uncorrectable_blocks_total", 1000, netdev="ens1np0")),
+                       reset_counters=True, recovery="counters reset",
+                       note="pre-FEC BER over the 600 s rate window (optics.fec.uncorrectable beside it): recovered after the FEC counters reset"),
+    "link_down_reason": Case(("netdev_link_down_reason_info{no_cable} 1", _eq("agentd_netdev_link_down_reason_info", 1, netdev="ens1np0", reason="no_cable")),
+                             leaves="mlx5_0:1", reset_counters=True, extra_wait_s=FLAP_WINDOW_S, recovery="counters reset",
+                             note="the finding names the reason and its remedy; EXT_DOWN_CNT +1 (optics.link.down_events) stays in the rate window until the counters reset"),
 }
 # Rows beside one per kind: an application XID must leave the node ok (issue 14).
 APP_XID = "xid=13"
@@ -226,7 +237,7 @@ def matrix(request, tmp_path_factory):
             "with no findings, the metrics and nccl.env are back to their pre-fault content.\n\n"
             f"Daemon config: intervals fast 0.2 s, medium 0.4 s, slow 0.8 s; NVML timeout 0.5 s; thresholds.flap_window_s {FLAP_WINDOW_S:g} s, pcie_retrain_window_s {RETRAIN_WINDOW_S:g} s; kernel.window_s, hold_s and reset_hold_s {KERNEL_WINDOW_S:g} s.\n"
             "Counter faults are judged from the daemon's own history. flapping and counter_saturated clear once the flap window\n"
-            "has passed, pcie_downtrained once the retrain window has; nvlink_errors, pause_storm, pcie_replay and the AER faults use the default 600 s / 60 s rate windows and the simulator leaves counters\n"
+            "has passed, pcie_downtrained once the retrain window has; nvlink_errors, pause_storm, pcie_replay, fec_errors, link_down_reason and the AER faults use the default 600 s / 60 s rate windows and the simulator leaves counters\n"
             "advanced on clear (as a real node would), so the test resets those counters (`nvidia-smi nvlink -r`, driver reload)\n"
             "and the daemon reads the reset and stops reporting a rate. counter_reset is an event: the warning shows for one\n"
             "publish (about one fast interval), so the test resets again until it has seen it.\n\n" + text + kept

@@ -8,7 +8,7 @@ value are in the golden file, so an exposition change shows up in review as a di
 
 Regenerate after an intended change, then review ``git diff tests/golden/``:
 
-    AGENTD_UPDATE_GOLDEN=1 .venv/bin/pytest -q -p no:cacheprovider tests/golden/test_golden_metrics.py
+    TEST_UPDATE_GOLDEN=1 .venv/bin/pytest -q -p no:cacheprovider tests/golden/test_golden_metrics.py
 
 Two daemons (different PYTHONHASHSEEDs) are scraped twice each, one full round of tiers
 apart; their normalized outputs must agree before anything is compared or written. So a
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.e2e]
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "h100-ib.metrics"
 PROFILE = "h100-ib"
-UPDATE_ENV = "AGENTD_UPDATE_GOLDEN"
+UPDATE_ENV = "TEST_UPDATE_GOLDEN"
 REGENERATE = f"{UPDATE_ENV}=1 .venv/bin/pytest -q -p no:cacheprovider tests/golden/test_golden_metrics.py"
 # Large enough that no probe turns stale on a loaded 2-core box while we wait for the tiers
 # (the limits themselves are deterministic and stay in the golden file).

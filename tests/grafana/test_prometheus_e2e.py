@@ -73,6 +73,10 @@ EXPECTED_EMPTY_WHEN_HEALTHY = {
                    "agentd-node/GPUs with slow NVLinks/A", "agentd-node/GPUs with slow NVLinks/B", "agentd-fleet/NVLink fabric findings/A")},
     # Issue 17: two simulated nodes of different profiles are a tie in every field that differs.
     "agentd-fleet/Fingerprint outliers/A": ("the fleet's two nodes tie wherever they differ (a tie flags nobody)", None),
+    # Issue 38: a driver reports a link-down reason only while the link is down.
+    "agentd-node/Link-down reasons/A": ("every Ethernet link is up", "link_down_reason@ens7np0"),
+    **{f"agentd-node/{t}/A": ("per module and per port only with [metrics] optics_detail (series budget; the findings judge them either way)", None)
+       for t in ("Module temperature (EEPROM)", "PHY link-down events", "Modules")},
     **{f"agentd-fleet/{t}/{r}": ("no NCCL benchmark has run on the simulated nodes (agentd_bench_nccl_* bandwidths exist only after a run)", None)
        for t, r in [("NCCL bus bandwidth (last run)", "A"), ("NCCL bus bandwidth (last run)", "B"), ("Bus bandwidth below minimum", "A"),
                     ("Lowest bus bandwidth vs expected", "A"), ("Last benchmark result per node", "A")]},
@@ -106,6 +110,11 @@ FAULTS = [
     ("ib", "flapping@mlx5_3:1", "AgentdIbLinkFlapping", "critical", {"subject": "mlx5_3:1"}, False),
     ("roce", "pause_storm@ens5np0", "AgentdPfcPauseStorm", "critical", {"subject": "ens5np0"}, False),
     ("ib", "nvml_hang=60", "AgentdStale", "warning", {"probe": "nvml"}, False),
+    # issue 38: the physical layer (fec_errors advances counters: its rise stays in the rate window)
+    ("ib", "module_hot@mlx5_6", "AgentdOpticsHot", "critical", {"subject": "mlx5_6:1"}, True),
+    ("roce", "rx_power_low@ens6np0", "AgentdOpticsSignalDegraded", "critical", {"subject": "mlx5_5:1"}, True),
+    ("roce", "link_down_reason@ens7np0", "AgentdIbPortDown", "critical", {"subject": "mlx5_6:1"}, True),
+    ("roce", "fec_errors@ens8np0", "AgentdOpticsSignalDegraded", "warning", {"subject": "mlx5_7:1"}, False),
 ]
 
 

@@ -76,6 +76,11 @@ EXPECT = {
     "dscp_map_lossy": (ROCE, "dscp_map_lossy", ("roce.qos.lossy", "critical", "ens1np0")),
     "nccl_tc_mismatch": (ROCE, "nccl_tc_mismatch", ("roce.qos.lossy", "critical", "ens1np0")),
     "roce_lossy_traffic": (ROCE, "roce_lossy_traffic", ("roce.qos.lossy_traffic", "critical", "ens1np0")),
+    # issue 38: the physical layer
+    "module_hot": ("h100-ib", "module_hot", ("optics.module.temperature", "critical", "mlx5_0:1")),
+    "rx_power_low": (ROCE, "rx_power_low", ("optics.rx_power.low", "critical", "mlx5_0:1")),
+    "fec_errors": (ROCE, "fec_errors", ("optics.fec.pre_fec_ber", "warning", "mlx5_0:1")),
+    "link_down_reason": (ROCE, "link_down_reason", ("ib.port.down", "critical", "mlx5_0:1")),
 }
 # Kinds whose finding needs configuration beyond the defaults: [section] -> settings.
 CONFIG = {"imex_down": {"fabric": {"imex": True}}}

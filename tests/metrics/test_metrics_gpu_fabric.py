@@ -8,18 +8,17 @@ import shutil
 import subprocess
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.config import AgentConfig
 from agentd.model import C2cLink, FabricDaemons, FabricHealth, Gpu, NodeSnapshot, NvLink, NvmlGpu, NvmlInfo
 from tests.support import service_snapshots as fixtures
+from tests.support.service_snapshots import parse, pick
 
 UUID = "6f1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d"
 BUSES = ("0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0")
 HEALTHY = FabricHealth(summary="healthy", degraded_bandwidth=False, route_recovery=False, route_unhealthy=False,
                        access_timeout_recovery=False, incorrect_configuration="none", gfm_connected=True)
 RUNNING = FabricDaemons(asked=True, complete=True, running=("nvidia-imex",))
-Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def tray(*, health: dict[int, FabricHealth | None] | None = None, speeds: dict[tuple[int, int], int | None] | None = None,
@@ -41,18 +40,6 @@ def tray(*, health: dict[int, FabricHealth | None] | None = None, speeds: dict[t
 
 def render(snap: NodeSnapshot, **config: object) -> bytes:
     return fixtures.state(snap=snap, config=AgentConfig(**config)).metrics_bytes()
-
-
-def parse(text: bytes) -> Samples:
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text.decode()):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
-def pick(s: Samples, name: str, **labels: str) -> list[float]:
-    return [v for lab, v in s.get(name, []) if all(lab.get(k) == want for k, want in labels.items())]
 
 
 def test_healthy_tray_names_its_domain_and_counts_the_rest():

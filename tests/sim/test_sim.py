@@ -174,7 +174,8 @@ def test_build_refuses_foreign_dirs_and_replaces_sim_roots(tmp_path):
 
 GB200_ONLY = {"fabric_unassigned", "fabric_health", "fabric_domain_split", "c2c_down", "imex_down"}
 NOT_ON = {
-    "pcie-4gpu": {"ecn_off", "pfc_off", "pause_on", "pause_storm", "tclass_override", "trust_pcp", "dscp_map_lossy", "roce_lossy_traffic", "nvlink_down", "nvlink_errors", "fabric_incomplete", "fabric_status", "nvlink_slow", "fm_down"} | GB200_ONLY,
+    "pcie-4gpu": {"ecn_off", "pfc_off", "pause_on", "pause_storm", "tclass_override", "trust_pcp", "dscp_map_lossy", "roce_lossy_traffic", "nvlink_down", "nvlink_errors", "fabric_incomplete", "fabric_status", "nvlink_slow", "fm_down",
+                  "rx_power_low", "fec_errors", "link_down_reason"} | GB200_ONLY,
     "h100-ib": GB200_ONLY,
     "h100-roce": GB200_ONLY,
     "gb200-nvl": {"fm_down"},

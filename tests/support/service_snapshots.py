@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from agentd.collection.collector import PROBE_TIERS
 from agentd.config import AgentConfig, Intervals
 from agentd.daemon.exposition import REGISTRY
@@ -30,6 +32,21 @@ from agentd.model import (
 from agentd.records import FileStatus, TierRun
 
 PROBES = tuple(PROBE_TIERS)  # every probe the collector has, from its catalogue
+Samples = dict[str, list[tuple[dict[str, str], float]]]  # sample name -> (labels, value) of each series
+
+
+def parse(text: bytes) -> Samples:
+    """An exposition's samples by name (prometheus_client's parser: what a scraper reads)."""
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text.decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def pick(s: Samples, name: str, **labels: str) -> list[float]:
+    """The values of ``name``'s series that carry ``labels``."""
+    return [v for lab, v in s.get(name, []) if all(lab.get(k) == want for k, want in labels.items())]
 
 
 def probes(now: float, *, stale: dict[str, float] | None = None, never: tuple[str, ...] = ()) -> tuple[ProbeStatus, ...]:

@@ -63,11 +63,38 @@ def _norm(text: str | None) -> str:
     return "".join((text or "").split()).lower()
 
 
-def _down_hint(h: Hca, p: IbPort) -> str:
+# What to do for the link-down reason an Ethernet PHY reports (ethtool netlink
+# ETHTOOL_A_LINKSTATE_EXT_STATE; agentd.host.ethtool_nl names them)
+_HINT_REASON = {
+    "no_cable": "no cable or module detected: plug in (or reseat) the cable/transceiver of `{nd}`",
+    "cable_issue": "the cable is not supported or failed its test: replace it with a supported one (`ethtool -m {nd}`)",
+    "eeprom_issue": "the module's EEPROM cannot be read: reseat or replace the transceiver (`ethtool -m {nd}`)",
+    "bad_signal_integrity": "too many physical errors to hold the link: clean or replace the fibre/cable and the modules at both ends",
+    "link_training_failure": "link training with the peer failed: check the switch port's speed/FEC settings and the cable",
+    "link_logical_mismatch": "PCS/FEC lock failed: check that both ends use the same FEC mode and speed (`ethtool --show-fec {nd}`)",
+    "autoneg": "auto-negotiation failed: check the switch port's speed and auto-negotiation settings",
+    "overheat": "the module or PHY overheated: check airflow and the module's temperature (`ethtool -m {nd}`)",
+    "power_budget_exceeded": "the module needs more power than the cage allows: use a module of a supported power class",
+    "module": "the module is not ready (CMIS state machine): reseat it, check its firmware",
+    "calibration_failure": "the PHY failed to calibrate: reset the port; replace the module if it repeats",
+}
+
+
+def _reason(inp: CheckInput, p: IbPort) -> str | None:
+    """The PHY's link-down reason for an Ethernet port (``no_cable``, ``cable_issue/
+    unsupported_cable``), when the driver reports one."""
+    nd = inp.snapshot.netdev(p.netdev) if p.netdev else None
+    if nd is None or nd.phy is None or nd.phy.ext_state is None:
+        return None
+    return nd.phy.ext_state + (f"/{nd.phy.ext_substate}" if nd.phy.ext_substate else "")
+
+
+def _down_hint(h: Hca, p: IbPort, reason: str | None = None) -> str:
     if p.state_from is not None:
         return _HINT_NETDEV.format(nd=p.state_from, hca=h.name)
     if p.link_layer == "Ethernet":
-        return _HINT_ETH_DOWN.format(nd=p.netdev or "<netdev>")
+        hint = _HINT_REASON.get((reason or "").partition("/")[0], _HINT_ETH_DOWN)
+        return hint.format(nd=p.netdev or "<netdev>")
     hint = _HINT_PHYS.get(_norm(p.phys_state)) or _HINT_STATE.get(p.state or "") or _HINT_DOWN
     return hint.format(hca=h.name, port=p.port)
 
@@ -149,12 +176,14 @@ def _not_active(inp: CheckInput, roles: HcaRoles, h: Hca, p: IbPort) -> Finding:
         note = "" if sev != "ok" else " (never seen ACTIVE: reported, not judged)"
     phys = f", phys_state {p.phys_state}" if p.phys_state else ""
     via = f" (from its netdev {p.state_from})" if p.state_from else ""
+    reason = _reason(inp, p)
+    why = f", link-down reason {reason} (the PHY)" if reason else ""
     return finding(
         "ib.port.down",
         sev,
         port_subject(h.name, p.port),
-        f"{_role(roles, h.name)} port state {p.state}{phys}{via}, expected ACTIVE{note}",
-        _down_hint(h, p),
+        f"{_role(roles, h.name)} port state {p.state}{phys}{via}{why}, expected ACTIVE{note}",
+        _down_hint(h, p, reason),
         measured=p.state,
         expected="ACTIVE",
     )

@@ -61,6 +61,18 @@ def _per_hour(x: float) -> str:
     return f"{fmt(x)}/s" + (f" ({fmt(x * 3600)}/h)" if x < 1 else "")
 
 
+# The PMA's physical-layer counters as a BER proxy: the kernel shows no FEC statistics of an
+# InfiniBand port (issue 38), so symbol errors per bit at the port's rate stand in for the
+# post-FEC bit error rate (NVSentinel's 120 symbol errors/h is about 1e-13 at NDR 400 Gb/s).
+BER_PROXY = frozenset({"symbol_error"})
+
+
+def _ber_proxy(name: str, rate: float, p: IbPort) -> str:
+    if name not in BER_PROXY or not p.rate_gbps:
+        return ""
+    return f", a BER proxy of {rate / (p.rate_gbps * 1e9):.1e} at {fmt(p.rate_gbps)} Gb/s"
+
+
 def _rate_findings(inp: CheckInput, window: list[HistoryEntry], indexes: list[dict[tuple[str, int], PortReading]],
                    hca: str, p: IbPort, compute: bool) -> list[Finding]:
     out: list[Finding] = []
@@ -80,7 +92,7 @@ def _rate_findings(inp: CheckInput, window: list[HistoryEntry], indexes: list[di
             f"ib.counter.{name}",
             th.severity if compute else cap(th.severity, "warning"),
             port_subject(hca, p.port),
-            f"{name} rose {change.delta} in {fmt(change.seconds)} s = {_per_hour(rate)}, "
+            f"{name} rose {change.delta} in {fmt(change.seconds)} s = {_per_hour(rate)}{_ber_proxy(name, rate, p)}, "
             f"threshold {_per_hour(th.per_s)} (thresholds.counters.{name})",
             _HINTS.get(name, _HINT_DEFAULT).format(hca=hca, port=p.port),
             measured=rate,

@@ -1,0 +1,152 @@
+"""Fault effects on the physical layer (agentd.sim.optics): a hot module, a dark lane, FEC
+errors, a link that is down for a reason the PHY names. See fault_kinds for the table."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from agentd.base.jsontypes import JsonObject
+from agentd.base.sff import PAGE_SIZE, POWER_PER_W, TEMP_PER_C, THRESHOLD_ORDER, Cmis
+from agentd.sim import effects_link
+from agentd.sim.optics import (
+    HIGHEST_ABOVE_C,
+    MODULE_C,
+    THRESHOLDS,
+    answers_path,
+    hwmon_dir,
+    mdeg,
+    module_answer,
+    netdev_answers,
+    pages_of,
+    put,
+    u16,
+    write_answers,
+)
+from agentd.sim.targets import Ctx, Target
+
+
+def _hwmon_of(ctx: Ctx, t: Target) -> str:
+    hca = t.hca
+    assert hca is not None
+    return hwmon_dir(ctx.layout, hca, ctx.profile.hcas.index(hca))
+
+
+def _answers(ctx: Ctx, netdev: str) -> dict[str, Any]:  # Any: JSON-shaped
+    p = ctx.path(answers_path(netdev))
+    if not p.is_file():
+        raise ValueError(f"{answers_path(netdev)} does not exist (not an mlx5 Ethernet netdev, or removed by another fault)")
+    doc: JsonObject = json.loads(p.read_text())
+    return doc
+
+
+def _save(ctx: Ctx, netdev: str, doc: dict[str, Any]) -> None:  # Any: JSON-shaped
+    write_answers(ctx.path(answers_path(netdev)), doc)
+
+
+def _edit_pages(ctx: Ctx, netdev: str, edit: Callable[[dict[tuple[int, int, int], bytearray]], None]) -> None:
+    doc = _answers(ctx, netdev)
+    pages = {k: bytearray(v) for k, v in pages_of(doc["module-eeprom"]).items()}
+    edit(pages)
+    doc["module-eeprom"] = module_answer({k: bytes(v) for k, v in pages.items()})
+    _save(ctx, netdev, doc)
+
+
+def _pristine_module(ctx: Ctx, t: Target) -> None:
+    """Put the module's pages back as the profile has them (link state and FEC counters kept)."""
+    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
+    doc["module-eeprom"] = netdev_answers(t.hca)["module-eeprom"]  # type: ignore[arg-type]
+    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
+
+
+def module_hot_apply(ctx: Ctx, t: Target, celsius: int) -> None:
+    d = _hwmon_of(ctx, t)
+    if not ctx.path(f"{d}/temp2_input").is_file():
+        raise ValueError(f"{d} has no module sensor")
+    ctx.write(f"{d}/temp2_input", mdeg(celsius))
+    ctx.write(f"{d}/temp2_highest", mdeg(max(celsius, MODULE_C + HIGHEST_ABOVE_C)))
+    if t.hca is not None and t.hca.link_layer == "Ethernet":
+        warn, alarm = THRESHOLDS["temp"][2], THRESHOLDS["temp"][0]
+
+        def hot(pages: dict[tuple[int, int, int], bytearray]) -> None:
+            lower = pages[(0, 0, 0)]
+            put(lower, Cmis.TEMP, struct.pack(">h", round(celsius * TEMP_PER_C)))
+            lower[Cmis.MODULE_FLAGS] |= (0x01 if celsius >= alarm else 0) | (0x04 if celsius >= warn else 0)  # latched high alarm/warning
+
+        _edit_pages(ctx, t.netdev, hot)  # type: ignore[arg-type]
+
+
+def module_hot_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
+    d = _hwmon_of(ctx, t)
+    return [f"{d}/temp2_input", f"{d}/temp2_highest"]
+
+
+def module_hot_on_clear(ctx: Ctx, t: Target) -> None:
+    if t.hca is not None and t.hca.link_layer == "Ethernet":
+        _pristine_module(ctx, t)
+
+
+def rx_power_low_apply(ctx: Ctx, t: Target, lane: int) -> None:
+    low_alarm = THRESHOLDS["rx_power"][1]
+
+    def dark(pages: dict[tuple[int, int, int], bytearray]) -> None:
+        p11 = pages[(Cmis.LANE_PAGE, 0, PAGE_SIZE)]
+        put(p11, Cmis.RX_POWER + 2 * (lane - 1), u16(low_alarm / 2, POWER_PER_W))
+        for name in ("low_alarm", "low_warning"):  # the module latches both flags of the lane
+            p11[Cmis.RX_POWER_FLAGS[THRESHOLD_ORDER.index(name)] - PAGE_SIZE] |= 1 << (lane - 1)
+
+    _edit_pages(ctx, t.netdev, dark)  # type: ignore[arg-type]
+
+
+def module_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
+    return []  # the module's pages go back in on_clear (the same file keeps the FEC counters)
+
+
+def module_file(ctx: Ctx, t: Target, v: object) -> list[str]:
+    """The answer file a module fault edits: clearing puts its pages back and keeps the FEC
+    and link-down counters beside them, which other faults (or none) advanced: it is named
+    with the advancing files, as reset_counters puts it back whole."""
+    if t.hca is None or t.hca.link_layer != "Ethernet":
+        return []
+    return [answers_path(t.netdev)]  # type: ignore[arg-type]
+
+
+def fec_errors_apply(ctx: Ctx, t: Target, bits: int) -> None:
+    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
+    stats = doc["fec"]["stats"]
+    stats["corrected"][0] += bits // 100  # RS(544,514) corrects up to 15 symbols (150 bits) a block
+    stats["uncorr"][0] += max(1, bits // 10**9)
+    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
+    ctx.ethtool_add(t.netdev, {"rx_corrected_bits_phy": bits})  # type: ignore[arg-type]
+
+
+def fec_advancing(ctx: Ctx, t: Target, v: object) -> list[str]:
+    return [answers_path(t.netdev), f".agentd/ethtool/{t.netdev}"]  # type: ignore[arg-type]
+
+
+def link_down_reason_apply(ctx: Ctx, t: Target, reason: str) -> None:
+    effects_link.port_down_apply(ctx, t, "polling")
+    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
+    ls = doc["linkstate"]
+    ls.update({"link": 0, "ext-state": EXT_STATES.index(reason), "ext-down-cnt": ls.get("ext-down-cnt", 0) + 1})
+    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
+
+
+def link_down_reason_on_clear(ctx: Ctx, t: Target) -> None:
+    effects_link.port_down_on_clear(ctx, t)
+    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
+    for k in ("ext-state", "ext-substate"):
+        doc["linkstate"].pop(k, None)
+    doc["linkstate"]["link"] = 1
+    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
+
+
+def link_down_reason_advancing(ctx: Ctx, t: Target, v: object) -> list[str]:
+    return [*effects_link.link_counters_advancing(ctx, t, v), answers_path(t.netdev)]  # type: ignore[arg-type]
+
+
+# include/uapi/linux/ethtool.h enum ethtool_link_ext_state, in its order (the fault's VALUE)
+EXT_STATES = ("autoneg", "link_training_failure", "link_logical_mismatch", "bad_signal_integrity", "no_cable",
+              "cable_issue", "eeprom_issue", "calibration_failure", "power_budget_exceeded", "overheat", "module")
