@@ -147,3 +147,22 @@ def test_matching_needs_the_device_the_window_and_a_command_agentds_reads_issue(
     assert back_offs([_event(1, 101.0, bdf, enable, "cmd_timeout")], windows, read, {}) == []
     skipped = [ReadWindow("ib_counters", "firmware", 100.0, 100.5, frozenset({bdf}))]
     assert back_offs([_event(1, 101.0, bdf)], skipped, read, {}) == []  # that run did not read it
+
+
+@pytest.mark.tree
+def test_the_temperatures_of_a_device_agentd_backed_off_from_are_not_read(tmp_path):
+    """mlx5's hwmon sensors are MTMP register reads (issue 38's reader): the same gate stops
+    them with the counters, while the other HCAs' sensors are still read."""
+    root = sim.build_tree("h100-ib", tmp_path / "root")
+    target = os.readlink(root / "sys/class/infiniband/mlx5_5")
+    fn = (root / "sys/class/infiniband" / target).resolve().parent.parent
+    other = (root / "sys/class/infiniband" / os.readlink(root / "sys/class/infiniband/mlx5_4")).resolve().parent.parent
+    (fn / "vpd").write_bytes(_vpd([(b"PN", b"MCX750500B-0D00"), (b"V0", b"SMDL=SW_MNG")]))
+    spy = ReadSpy()
+    c = _collector(root, spy)
+    c.run_sync()
+    hwmon = [p for p in spy.read if "/hwmon" in p]
+    pci = root / "sys/bus/pci/devices"
+    assert any(p.startswith(f"{pci / other.name}/") for p in hwmon)  # the sensors are read ...
+    assert not any(p.startswith(f"{pci / fn.name}/") for p in hwmon)  # ... but not the limited PF's
+    assert c.snapshot().hca("mlx5_5").temperatures == ()
