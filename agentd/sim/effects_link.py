@@ -36,12 +36,12 @@ def _is_roce(t: Target) -> bool:
 
 
 def port_down_apply(ctx: Ctx, t: Target, v: str) -> None:
-    pd = _need(ctx, ctx.port_dir(t.hca))  # type: ignore[arg-type]
+    pd = _need(ctx, ctx.port_dir(t.the_hca))
     ctx.write(f"{pd}/state", "1: DOWN")
     ctx.write(f"{pd}/phys_state", "2: Polling" if v == "polling" else "3: Disabled")
     ctx.write(f"{pd}/rate", DOWN_RATE)
     ctx.add(f"{pd}/counters/link_downed", 1, cap=255)
-    nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
+    nd = ctx.netdev_dir(t.the_netdev)
     if ctx.path(nd).is_dir():
         ctx.write(f"{nd}/operstate", "down")
         ctx.write(f"{nd}/carrier", 0)
@@ -49,24 +49,24 @@ def port_down_apply(ctx: Ctx, t: Target, v: str) -> None:
         ctx.add(f"{nd}/carrier_changes", 1)
         ctx.add(f"{nd}/carrier_down_count", 1)
     if _is_roce(t):
-        ctx.ethtool_add(t.netdev, {"link_down_events_phy": 1})  # type: ignore[arg-type]
+        ctx.ethtool_add(t.the_netdev, {"link_down_events_phy": 1})
 
 
 def port_down_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    pd, nd = ctx.port_dir(t.hca), ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
+    pd, nd = ctx.port_dir(t.the_hca), ctx.netdev_dir(t.the_netdev)
     return [f"{pd}/state", f"{pd}/phys_state", f"{pd}/rate", f"{nd}/operstate", f"{nd}/carrier", f"{nd}/speed"]
 
 
 def port_down_on_clear(ctx: Ctx, t: Target) -> None:
-    nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
+    nd = ctx.netdev_dir(t.the_netdev)
     if ctx.path(nd).is_dir():
         ctx.add(f"{nd}/carrier_changes", 1)
         ctx.add(f"{nd}/carrier_up_count", 1)
 
 
 def link_counters_advancing(ctx: Ctx, t: Target, v: object) -> list[str]:
-    nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
-    out = [f"{ctx.port_dir(t.hca)}/counters/link_downed"] + [f"{nd}/{c}" for c in ("carrier_changes", "carrier_up_count", "carrier_down_count")]  # type: ignore[arg-type]
+    nd = ctx.netdev_dir(t.the_netdev)
+    out = [f"{ctx.port_dir(t.the_hca)}/counters/link_downed"] + [f"{nd}/{c}" for c in ("carrier_changes", "carrier_up_count", "carrier_down_count")]
     if _is_roce(t):
         out.append(f".agentd/ethtool/{t.netdev}")
     return out
@@ -94,32 +94,32 @@ def degraded_rate(rate: str, value: str) -> str:
 
 
 def rate_degraded_apply(ctx: Ctx, t: Target, v: str) -> None:
-    pd = _need(ctx, ctx.port_dir(t.hca))  # type: ignore[arg-type]
+    pd = _need(ctx, ctx.port_dir(t.the_hca))
     rate = degraded_rate(t.hca.rate, v)  # type: ignore[union-attr]
     ctx.write(f"{pd}/rate", rate)
-    nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
+    nd = ctx.netdev_dir(t.the_netdev)
     if ctx.path(nd).is_dir():
         ctx.write(f"{nd}/speed", int(float(rate.split()[0]) * 1000))
 
 
 def rate_degraded_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [f"{ctx.port_dir(t.hca)}/rate", f"{ctx.netdev_dir(t.netdev)}/speed"]  # type: ignore[arg-type]
+    return [f"{ctx.port_dir(t.the_hca)}/rate", f"{ctx.netdev_dir(t.the_netdev)}/speed"]
 
 
 def flapping_apply(ctx: Ctx, t: Target, n: int) -> None:
-    pd = _need(ctx, ctx.port_dir(t.hca))  # type: ignore[arg-type]
+    pd = _need(ctx, ctx.port_dir(t.the_hca))
     ctx.add(f"{pd}/counters/link_downed", n, cap=255)
-    nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
+    nd = ctx.netdev_dir(t.the_netdev)
     if ctx.path(nd).is_dir():
         ctx.add(f"{nd}/carrier_changes", 2 * n)
         ctx.add(f"{nd}/carrier_up_count", n)
         ctx.add(f"{nd}/carrier_down_count", n)
     if _is_roce(t):
-        ctx.ethtool_add(t.netdev, {"link_down_events_phy": n})  # type: ignore[arg-type]
+        ctx.ethtool_add(t.the_netdev, {"link_down_events_phy": n})
 
 
 def counter_reset_apply(ctx: Ctx, t: Target, v: object) -> None:
-    pd = _need(ctx, ctx.port_dir(t.hca))  # type: ignore[arg-type]
+    pd = _need(ctx, ctx.port_dir(t.the_hca))
     for sub in ("counters", "hw_counters"):
         for f in sorted(ctx.path(f"{pd}/{sub}").iterdir()):
             if f.name != "lifespan":  # a setting (ms), not a counter
@@ -127,7 +127,7 @@ def counter_reset_apply(ctx: Ctx, t: Target, v: object) -> None:
 
 
 def counter_reset_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    pd = ctx.port_dir(t.hca)  # type: ignore[arg-type]
+    pd = ctx.port_dir(t.the_hca)
     return [f"{pd}/counters", f"{pd}/hw_counters"]
 
 
@@ -135,29 +135,29 @@ SATURATED = {"port_xmit_wait": 2**32 - 1, "link_downed": 2**8 - 1, "symbol_error
 
 
 def counter_saturated_apply(ctx: Ctx, t: Target, v: object) -> None:
-    pd = _need(ctx, ctx.port_dir(t.hca))  # type: ignore[arg-type]
+    pd = _need(ctx, ctx.port_dir(t.the_hca))
     for name, value in SATURATED.items():
         ctx.write(f"{pd}/counters/{name}", value)
 
 
 def counter_saturated_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [f"{ctx.port_dir(t.hca)}/counters/{name}" for name in SATURATED]  # type: ignore[arg-type]
+    return [f"{ctx.port_dir(t.the_hca)}/counters/{name}" for name in SATURATED]
 
 
 # -- netdev and RoCE QoS ----------------------------------------------------------
 
 
 def mtu_default(ctx: Ctx, t: Target) -> int:
-    current = int(ctx.read(f"{ctx.netdev_dir(t.netdev)}/mtu"))  # type: ignore[arg-type]
+    current = int(ctx.read(f"{ctx.netdev_dir(t.the_netdev)}/mtu"))
     return 9000 if current == 1500 else 1500
 
 
 def mtu_apply(ctx: Ctx, t: Target, mtu: int) -> None:
-    ctx.write(_need(ctx, f"{ctx.netdev_dir(t.netdev)}/mtu"), mtu)  # type: ignore[arg-type]
+    ctx.write(_need(ctx, f"{ctx.netdev_dir(t.the_netdev)}/mtu"), mtu)
 
 
 def mtu_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [f"{ctx.netdev_dir(t.netdev)}/mtu"]  # type: ignore[arg-type]
+    return [f"{ctx.netdev_dir(t.the_netdev)}/mtu"]
 
 
 def ecn_apply(ctx: Ctx, t: Target, prio: int) -> None:
@@ -166,14 +166,14 @@ def ecn_apply(ctx: Ctx, t: Target, prio: int) -> None:
 
 
 def ecn_restores(ctx: Ctx, t: Target, prio: object) -> list[str]:
-    nd = ctx.netdev_dir(t.netdev)  # type: ignore[arg-type]
+    nd = ctx.netdev_dir(t.the_netdev)
     return [f"{nd}/ecn/roce_np/enable/{prio}", f"{nd}/ecn/roce_rp/enable/{prio}"]
 
 
 def pause_storm_apply(ctx: Ctx, t: Target, n: int) -> None:
     _need(ctx, f".agentd/ethtool/{t.netdev}")
     p = ctx.profile.roce_priority
-    ctx.ethtool_add(t.netdev, {f"rx_prio{p}_pause": n, f"rx_prio{p}_pause_duration": n // 10, f"rx_prio{p}_pause_transition": n // 2})  # type: ignore[arg-type]
+    ctx.ethtool_add(t.the_netdev, {f"rx_prio{p}_pause": n, f"rx_prio{p}_pause_duration": n // 10, f"rx_prio{p}_pause_transition": n // 2})
 
 
 def ethtool_file(ctx: Ctx, t: Target, v: object) -> list[str]:
@@ -230,7 +230,7 @@ def downtrain_default(ctx: Ctx, t: Target) -> str:
 
 
 def pcie_downtrained_apply(ctx: Ctx, t: Target, v: str) -> None:
-    nodes = _link_ends(ctx, t.bdf)  # type: ignore[arg-type]
+    nodes = _link_ends(ctx, t.the_bdf)
     speed, width = nodes[0].cur_speed, nodes[0].cur_width
     if v in ("speed", "both"):
         speed = GEN_SPEED[max(1, SPEED_GEN[speed] - 1)]
@@ -245,7 +245,7 @@ def pcie_downtrained_apply(ctx: Ctx, t: Target, v: str) -> None:
 
 
 def pcie_downtrained_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [f"{n.rel}/{f}" for n in _link_ends(ctx, t.bdf) for f in ("current_link_speed", "current_link_width", "config")]  # type: ignore[arg-type]
+    return [f"{n.rel}/{f}" for n in _link_ends(ctx, t.the_bdf) for f in ("current_link_speed", "current_link_width", "config")]
 
 
 def _bridge_above(ctx: Ctx, t: Target) -> PciNode:

@@ -66,7 +66,7 @@ def gdr_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
 
 
 def _nvml_gpu(ctx: Ctx, data: JsonObject, t: Target) -> JsonObject:
-    g = ctx.nvml_gpu(data, t.bdf)  # type: ignore[arg-type]
+    g = ctx.nvml_gpu(data, t.the_bdf)
     if g is None:
         raise ValueError(f"{t.name} ({t.bdf}) is not in nvml.json (gpu_removed applied?)")
     return g

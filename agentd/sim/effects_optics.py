@@ -56,9 +56,9 @@ def _edit_pages(ctx: Ctx, netdev: str, edit: Callable[[dict[tuple[int, int, int]
 
 def _pristine_module(ctx: Ctx, t: Target) -> None:
     """Put the module's pages back as the profile has them (link state and FEC counters kept)."""
-    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
-    doc["module-eeprom"] = netdev_answers(t.hca)["module-eeprom"]  # type: ignore[arg-type]
-    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
+    doc = _answers(ctx, t.the_netdev)
+    doc["module-eeprom"] = netdev_answers(t.the_hca)["module-eeprom"]
+    _save(ctx, t.the_netdev, doc)
 
 
 def module_hot_apply(ctx: Ctx, t: Target, celsius: int) -> None:
@@ -75,7 +75,7 @@ def module_hot_apply(ctx: Ctx, t: Target, celsius: int) -> None:
             put(lower, Cmis.TEMP, struct.pack(">h", round(celsius * TEMP_PER_C)))
             lower[Cmis.MODULE_FLAGS] |= (0x01 if celsius >= alarm else 0) | (0x04 if celsius >= warn else 0)  # latched high alarm/warning
 
-        _edit_pages(ctx, t.netdev, hot)  # type: ignore[arg-type]
+        _edit_pages(ctx, t.the_netdev, hot)
 
 
 def module_hot_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
@@ -97,7 +97,7 @@ def rx_power_low_apply(ctx: Ctx, t: Target, lane: int) -> None:
         for name in ("low_alarm", "low_warning"):  # the module latches both flags of the lane
             p11[Cmis.RX_POWER_FLAGS[THRESHOLD_ORDER.index(name)] - PAGE_SIZE] |= 1 << (lane - 1)
 
-    _edit_pages(ctx, t.netdev, dark)  # type: ignore[arg-type]
+    _edit_pages(ctx, t.the_netdev, dark)
 
 
 def module_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
@@ -110,41 +110,41 @@ def module_file(ctx: Ctx, t: Target, v: object) -> list[str]:
     with the advancing files, as reset_counters puts it back whole."""
     if t.hca is None or t.hca.link_layer != "Ethernet":
         return []
-    return [answers_path(t.netdev)]  # type: ignore[arg-type]
+    return [answers_path(t.the_netdev)]
 
 
 def fec_errors_apply(ctx: Ctx, t: Target, bits: int) -> None:
-    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
+    doc = _answers(ctx, t.the_netdev)
     stats = doc["fec"]["stats"]
     stats["corrected"][0] += bits // 100  # RS(544,514) corrects up to 15 symbols (150 bits) a block
     stats["uncorr"][0] += max(1, bits // 10**9)
-    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
-    ctx.ethtool_add(t.netdev, {"rx_corrected_bits_phy": bits})  # type: ignore[arg-type]
+    _save(ctx, t.the_netdev, doc)
+    ctx.ethtool_add(t.the_netdev, {"rx_corrected_bits_phy": bits})
 
 
 def fec_advancing(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [answers_path(t.netdev), f".agentd/ethtool/{t.netdev}"]  # type: ignore[arg-type]
+    return [answers_path(t.the_netdev), f".agentd/ethtool/{t.the_netdev}"]
 
 
 def link_down_reason_apply(ctx: Ctx, t: Target, reason: str) -> None:
     effects_link.port_down_apply(ctx, t, "polling")
-    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
+    doc = _answers(ctx, t.the_netdev)
     ls = doc["linkstate"]
     ls.update({"link": 0, "ext-state": EXT_STATES.index(reason), "ext-down-cnt": ls.get("ext-down-cnt", 0) + 1})
-    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
+    _save(ctx, t.the_netdev, doc)
 
 
 def link_down_reason_on_clear(ctx: Ctx, t: Target) -> None:
     effects_link.port_down_on_clear(ctx, t)
-    doc = _answers(ctx, t.netdev)  # type: ignore[arg-type]
+    doc = _answers(ctx, t.the_netdev)
     for k in ("ext-state", "ext-substate"):
         doc["linkstate"].pop(k, None)
     doc["linkstate"]["link"] = 1
-    _save(ctx, t.netdev, doc)  # type: ignore[arg-type]
+    _save(ctx, t.the_netdev, doc)
 
 
 def link_down_reason_advancing(ctx: Ctx, t: Target, v: object) -> list[str]:
-    return [*effects_link.link_counters_advancing(ctx, t, v), answers_path(t.netdev)]  # type: ignore[arg-type]
+    return [*effects_link.link_counters_advancing(ctx, t, v), answers_path(t.the_netdev)]
 
 
 # include/uapi/linux/ethtool.h enum ethtool_link_ext_state, in its order (the fault's VALUE)

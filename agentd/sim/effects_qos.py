@@ -28,7 +28,7 @@ def _need(ctx: Ctx, rel: str, why: str = "removed by another fault?") -> str:
 
 
 def _tclass(ctx: Ctx, t: Target) -> str:
-    return tclass_file(ctx.layout, t.hca)  # type: ignore[arg-type]
+    return tclass_file(ctx.layout, t.the_hca)
 
 
 def tclass_override_apply(ctx: Ctx, t: Target, tclass: int) -> None:
@@ -129,12 +129,12 @@ def nccl_conf_restores(ctx: Ctx, t: Target, v: object) -> list[str]:
 
 
 def _xmit_data(ctx: Ctx, t: Target) -> str:
-    return f"{ctx.port_dir(t.hca)}/counters/port_xmit_data"  # type: ignore[arg-type]
+    return f"{ctx.port_dir(t.the_hca)}/counters/port_xmit_data"
 
 
 def roce_lossy_traffic_apply(ctx: Ctx, t: Target, n: int) -> None:
     _need(ctx, f".agentd/ethtool/{t.netdev}")
-    ctx.ethtool_add(t.netdev, {"tx_prio0_bytes": n, "tx_vport_rdma_unicast_bytes": n})  # type: ignore[arg-type]
+    ctx.ethtool_add(t.the_netdev, {"tx_prio0_bytes": n, "tx_vport_rdma_unicast_bytes": n})
     ctx.add(_need(ctx, _xmit_data(ctx, t)), n // 4)  # PMA counts 4-byte words
 
 

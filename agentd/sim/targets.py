@@ -64,6 +64,26 @@ class Target:
     files: tuple[str, ...] = ()
     gpus: tuple[int, ...] = field(default_factory=tuple)
 
+    # What an effect of a kind that targets a port, a netdev or a PCI function reads: the kind's
+    # resolver always sets it (agentd.sim.fault_kinds), so None here is a bug, said as one.
+    @property
+    def the_hca(self) -> HcaSpec:
+        if self.hca is None:
+            raise ValueError(f"fault target {self.name!r} has no HCA")
+        return self.hca
+
+    @property
+    def the_netdev(self) -> str:
+        if self.netdev is None:
+            raise ValueError(f"fault target {self.name!r} has no netdev")
+        return self.netdev
+
+    @property
+    def the_bdf(self) -> str:
+        if self.bdf is None:
+            raise ValueError(f"fault target {self.name!r} has no PCI function")
+        return self.bdf
+
 
 @dataclass
 class Ctx:
