@@ -121,7 +121,7 @@ def run(args: argparse.Namespace, *, config: AgentConfig, host: HostRoot, state_
     _confirm(args, f"{cmd} {', '.join(knobs)} on {where}")
     with enforce_lock(state_dir, wait_s=LOCK_WAIT_S) as held:
         if not held:
-            raise EnforceError(f"another agentd holds {state_dir}/enforce.lock (pid {holder(state_dir) or 'unknown'}) "
+            raise EnforceError(f"another agentd holds {state_dir}/enforce.lock ({holder(state_dir) or 'holder unknown'}) "
                                f"for more than {LOCK_WAIT_S:g} s: try again later")
         try:
             s = Session(host=host, config=config, state_dir=state_dir, actuators=actuators, collect=collect,
