@@ -25,7 +25,7 @@ import struct
 import time
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from agentd.host.ethtool import valid_ifname
+from agentd.host.ethtool import read_recorded_per_netdev, valid_ifname
 from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import PfcConfig
 
@@ -316,21 +316,7 @@ def parse_mlnx_qos(text: str) -> PfcConfig | None:
 
 
 def _read_recorded(ctx: ReadContext, names: Sequence[str]) -> dict[str, PfcConfig]:
-    out: dict[str, PfcConfig] = {}
-    for name in names:
-        path = f"{ctx.host.answers}/dcb/{name}"
-        if not valid_ifname(name):
-            ctx.error(path, "unreadable", "invalid interface name")
-            continue
-        text = ctx.text(path, max_bytes=SIM_MAX_BYTES)
-        if text is None:
-            continue  # not a DCB-capable netdev in this simulated node
-        cfg = parse_mlnx_qos(text)
-        if cfg is None:
-            ctx.error(path, "unparsable", "no `PFC configuration:` priority/enabled table")
-        else:
-            out[name] = cfg
-    return out
+    return read_recorded_per_netdev(ctx, "dcb", names, parse_mlnx_qos, "no `PFC configuration:` priority/enabled table", max_bytes=SIM_MAX_BYTES)
 
 
 def read_pfc(ctx: ReadContext, names: Sequence[str]) -> dict[str, PfcConfig]:

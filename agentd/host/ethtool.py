@@ -22,9 +22,11 @@ import os
 import re
 import socket
 import struct
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from agentd.host.fs import ReadContext, parse_decimal
+
+T = TypeVar("T")
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x03
@@ -199,24 +201,34 @@ def parse_ethtool_s(text: str) -> dict[str, int] | None:
     return out
 
 
-def _read_recorded(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def read_recorded_per_netdev(ctx: ReadContext, kind: str, names: Sequence[str], parse: Callable[[str], T | None],
+                             unparsable: str, *, empty: str | None = None, max_bytes: int = SIM_MAX_BYTES) -> dict[str, T]:
+    """``{netdev: parse(text)}`` from the recorded answers ``<answers>/<kind>/<netdev>`` (a
+    capture or a simulated node: `ethtool -S`, `mlnx_qos -i`, `ethtool -a` text). No file:
+    nothing recorded for that netdev; a name that is not an interface name, text ``parse``
+    refuses (None), or (with ``empty``) a result that is empty: a read error for that netdev."""
+    out: dict[str, T] = {}
     for name in names:
-        path = f"{ctx.host.answers}/ethtool/{name}"
+        path = f"{ctx.host.answers}/{kind}/{name}"
         if not valid_ifname(name):
             ctx.error(path, "unreadable", "invalid interface name")
             continue
-        text = ctx.text(path, max_bytes=SIM_MAX_BYTES)
+        text = ctx.text(path, max_bytes=max_bytes)
         if text is None:
-            continue  # no file: the simulated node has no statistics for this netdev
-        stats = parse_ethtool_s(text)
-        if stats is None:
-            ctx.error(path, "unparsable", "not `ethtool -S` output (expected `name: value` lines)")
-        elif not stats:
-            ctx.error(path, "unavailable", "no statistics")
+            continue
+        value = parse(text)
+        if value is None:
+            ctx.error(path, "unparsable", unparsable)
+        elif empty is not None and not value:
+            ctx.error(path, "unavailable", empty)
         else:
-            out[name] = stats
+            out[name] = value
     return out
+
+
+def _read_recorded(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, int]]:
+    return read_recorded_per_netdev(ctx, "ethtool", names, parse_ethtool_s, "not `ethtool -S` output (expected `name: value` lines)",
+                                    empty="no statistics")
 
 
 def read_ethtool(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, int]]:

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 from agentd.base.actuation import Outcome, failed
 from agentd.host.dcb import NetlinkError, iter_attrs, query_each
-from agentd.host.ethtool import valid_ifname
+from agentd.host.ethtool import read_recorded_per_netdev, valid_ifname
 from agentd.host.fs import ReadContext
 from agentd.host.nlwrite import attr_strz, attr_u8, message, nest, netlink_outcome, open_socket, talk
 from agentd.model import PauseConfig
@@ -142,21 +142,7 @@ def parse_ethtool_a(text: str) -> PauseConfig | None:
 
 
 def _read_recorded(ctx: ReadContext, names: Sequence[str]) -> dict[str, PauseConfig]:
-    out: dict[str, PauseConfig] = {}
-    for name in names:
-        path = f"{ctx.host.answers}/pause/{name}"
-        if not valid_ifname(name):
-            ctx.error(path, "unreadable", "invalid interface name")
-            continue
-        text = ctx.text(path, max_bytes=SIM_MAX_BYTES)
-        if text is None:
-            continue  # not recorded: no pause parameters for this netdev
-        cfg = parse_ethtool_a(text)
-        if cfg is None:
-            ctx.error(path, "unparsable", "no RX/TX lines of `ethtool -a`")
-        else:
-            out[name] = cfg
-    return out
+    return read_recorded_per_netdev(ctx, "pause", names, parse_ethtool_a, "no RX/TX lines of `ethtool -a`", max_bytes=SIM_MAX_BYTES)
 
 
 def read_pause(ctx: ReadContext, names: Sequence[str]) -> dict[str, PauseConfig]:
