@@ -804,6 +804,9 @@ def compare_dir(path: Path, *, replay: bool = True) -> list[Row]:
     else:
         rows.append(row("nvml", "node", "sources", {"agentd": "inspect.json" if inspect else None, "nvidia-smi": "nvidia-smi -q -x" if smi else None}))
     agentd_topo = d.text(gc.RAW_TOPO)
+    source = (d.summary or {}).get("topo_source")
+    if source:
+        rows.append(row("topo", "agentd", "written by", {"gpu-check": source}, outcome="info"))
     rows += topo_rows(agentd_topo, d.text(gc.RAW_NCCL_A), d.text(gc.RAW_NCCL_B))
     a_log = d.text(gc.RAW_NCCL_A_LOG)
     rows += nccl_log_rows(a_log, d.text(gc.RAW_NCCL_B_LOG), d.json(gc.RAW_NCCL_A_JSON), d.json(gc.RAW_NCCL_B_JSON), topo_written=agentd_topo is not None)

@@ -242,6 +242,9 @@ def test_a_run_on_this_machine_records_every_step_and_compares(tmp_path):
     assert [status[n] for n in ("smi-q-x", "smi-q", "smi-topo-m", "smi-nvlink-s", "smi-q-pcie")] == ["ok", "ok", "ok", "ok", "failed"]
     assert status["agentd-inspect"] == status["agentd-check"] == status["agentd-capture"] == "ok"
     assert status["nccl-a"] == "failed" and status["bench"] == "failed"
+    # no GPU here: agentd renders no topology, and its fallback says why
+    assert status["agentd-render"] == status["agentd-topo-raw"] == "failed" and status["nccl-b"] == "skipped"
+    assert summary["failed"]["agentd-topo-raw"] == "exit status 1: no topology XML: the node has no GPUs"
     assert status["daemon-start"] == status["daemon-scrape"] == status["daemon-stop"] == "ok"
     assert summary["http"]["/health"]["status"] in (200, 503) and summary["files"] == [gc.BUNDLE, gc.CAPTURE, gc.SUMMARY]
     # nothing of the run outside its scratch folder: the configuration it ran with
