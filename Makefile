@@ -10,7 +10,7 @@ PROFILE ?= h100-ib
 # the demo's config: the defaults with 30 s kernel holds and counter windows, so every injected fault clears
 DEMO_CONFIG := demo/agentd.toml
 
-.PHONY: venv demo test test-fast bench lint lock helm docs clean
+.PHONY: venv demo test test-fast bench lint lock helm docs clean gpu-check gpu-wheels gpu-compare
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "agentd needs Python >= 3.11"'
@@ -84,6 +84,25 @@ helm: $(STAMP)
 # dashboards' panel counts, the quoted bench figures): docs/generate.py, checked by tests/docs.
 docs: $(STAMP)
 	$(BIN)/python docs/generate.py
+
+# The GPU check (docs/gpu-check.md, tests/gpu/README.md): on a machine with an NVIDIA GPU,
+# one bounded run (<= 6 min) that records what agentd, nvidia-smi and NCCL see into
+# GPU_CHECK_OUT; elsewhere it prints "no GPU: skipped" and exits 0. It needs no venv: on the
+# lent device machine it runs with that machine's python3 and the wheels of gpu-wheels.
+GPU_CHECK_OUT ?= gpu-check-out
+GPU_WHEELS ?= .gpu-wheels
+GPU_PYTHON_VERSION ?= 3.12
+gpu-check:
+	$(PYTHON) tests/gpu/gpu_check.py --out $(GPU_CHECK_OUT) --wheels $(GPU_WHEELS)
+
+# agentd's locked runtime dependencies as wheels for the device machine's Python (no network there)
+gpu-wheels: $(STAMP)
+	$(BIN)/python tests/gpu/wheels.py --dest $(GPU_WHEELS) --python-version $(GPU_PYTHON_VERSION)
+
+# compare a gpu-check folder, here, no GPU needed: make gpu-compare DIR=gpu-check-out
+DIR ?= $(GPU_CHECK_OUT)
+gpu-compare: $(STAMP)
+	$(BIN)/python -m tests.gpu.compare $(DIR)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -79,6 +79,7 @@ def inspect_view(snap: NodeSnapshot, roles: HcaRoles | None = None) -> JsonObjec
         "nvml": {
             "available": snap.nvml.available,
             "driver_version": snap.nvml.driver_version,
+            "cuda_driver_version": snap.nvml.cuda_driver_version,
             "error": snap.nvml.error,
             "gpus": [g.model_dump(mode="json") for g in snap.nvml.gpus],
         },
