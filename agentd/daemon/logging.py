@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal, Protocol, Sequence, TextIO
+from typing import Literal, Protocol, Sequence, TextIO, cast
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -43,11 +43,24 @@ def _printable_values(_logger: WrappedLogger, _method: str, event: EventDict) ->
     return {k: printable(v) if isinstance(v, str) else v for k, v in event.items()}
 
 
+class _Stderr:
+    """Standard error as it is when a line is written, not when logging was configured: a
+    command run inside another program (a test, an embedding tool) that swaps ``sys.stderr``
+    and closes the old one must not leave the logger writing to a closed stream."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(log_format: str = "auto", level: str = "info", stream: TextIO | None = None) -> None:
-    out = sys.stderr if stream is None else stream
+    # cast: structlog's writer needs only write and flush, which _Stderr has
+    out = cast(TextIO, _Stderr()) if stream is None else stream
     fmt = log_format
     if fmt == "auto":
-        fmt = "console" if out.isatty() else "json"
+        fmt = "console" if (sys.stderr if stream is None else stream).isatty() else "json"
     renderer: Processor = structlog.processors.JSONRenderer(sort_keys=False) if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[

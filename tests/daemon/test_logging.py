@@ -91,3 +91,21 @@ def test_json_lines_when_not_a_tty():
     assert [line["event"] for line in lines] == ["agentd.ready", "health.status_changed", "finding.raised"]
     assert lines[2]["code"] == "ib.port.down" and lines[2]["level"] == "warning" and "timestamp" in lines[2]
     configure_logging("json", "info")
+
+
+def test_the_logger_writes_to_stderr_as_it_is_when_a_line_is_written(capsys):
+    """A command run inside another program (an in-process test, a tool embedding agentd)
+    configures logging while ``sys.stderr`` is a stream that is closed later: a line logged
+    after that goes to the stderr of the moment, not into the closed stream (ValueError)."""
+    import io
+    import sys
+
+    swapped = io.StringIO()
+    real, sys.stderr = sys.stderr, swapped
+    try:
+        configure_logging("json", "info")
+    finally:
+        sys.stderr = real
+    swapped.close()
+    get_logger().info("after.the.swap")
+    assert "after.the.swap" in capsys.readouterr().err
