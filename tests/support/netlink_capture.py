@@ -10,13 +10,20 @@ the device's ``struct ieee_pfc`` and writes it back changed (iproute2 dcb/dcb_pf
 that one read is answered by ``fake_dcb_get.c`` (an LD_PRELOAD stand-in for the kernel's
 reply: PFC capable of 8 priorities, on none); its SET goes to the kernel as dcb wrote it.
 
-Run as root: ``python -m tests.support.netlink_capture > tests/fixtures/netlink/requests.txt``.
+``dcb apptrust`` came with iproute2 6.2, after Debian 12's 6.1: a ``dcb`` without it
+(``dcb help`` does not list it) leaves those requests out of a capture, and
+``--dcb PATH`` runs a newer one, built from iproute2's source, in its place.
+
+Run as root: ``python -m tests.support.netlink_capture > tests/fixtures/netlink/requests.txt``;
+``--dcb PATH --only apptrust_dscp,apptrust_pcp`` prints only those lines, after a comment
+naming the tools' versions, to add to the file.
 Each line: ``name<TAB>the command<TAB>hex of the request``; several requests of one
 command (ethtool resolving its genetlink family first) are ``name``, ``name.1``, ...
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -24,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Collection, Mapping
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "netlink"
 DEV = "v0"
@@ -34,8 +42,11 @@ COMMANDS: dict[str, list[str]] = {
     "app_add": ["dcb", "app", "add", "dev", DEV, "dscp-prio", "26:3"],
     "app_del": ["dcb", "app", "del", "dev", DEV, "dscp-prio", "26:0"],
     "pfc_set": ["dcb", "pfc", "set", "dev", DEV, "prio-pfc", "3:on"],  # with fake_dcb_get.so
+    "apptrust_dscp": ["dcb", "apptrust", "set", "dev", DEV, "order", "dscp", "pcp"],
+    "apptrust_pcp": ["dcb", "apptrust", "set", "dev", DEV, "order", "pcp"],
 }
 NEEDS_SHIM = {"pfc_set"}
+APPTRUST = {"apptrust_dscp", "apptrust_pcp"}  # iproute2 >= 6.2
 _DUMP = re.compile(r"^ \| [0-9a-f]{5}  ((?:[0-9a-f]{2} {1,2}){1,16})")
 
 
@@ -61,18 +72,33 @@ def parse_strace(text: str) -> list[bytes]:
     return out
 
 
-def capture() -> dict[str, tuple[str, bytes]]:
-    """name -> (command line, request bytes), captured now (root; raises if it cannot)."""
+def has_apptrust(dcb: str = "dcb") -> bool:
+    """Whether this ``dcb`` knows ``apptrust`` (its help lists the objects it knows)."""
+    r = subprocess.run([dcb, "help"], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    return "apptrust" in r.stdout + r.stderr
+
+
+def capture(tools: Mapping[str, str] | None = None, only: Collection[str] | None = None) -> dict[str, tuple[str, bytes]]:
+    """name -> (command line, request bytes), captured now (root; raises if it cannot).
+    ``tools``: a tool's name -> the program to run for it (a dcb built from source);
+    ``only``: these commands alone. The apptrust commands are left out where the dcb run
+    has no apptrust."""
+    tools = tools or {}
+    names = [n for n in COMMANDS if only is None or n in only]
+    if not has_apptrust(tools.get("dcb", "dcb")):
+        names = [n for n in names if n not in APPTRUST]
     with tempfile.TemporaryDirectory(prefix="agentd-nlcap-") as tmp:
         shim = Path(tmp) / "fake_dcb_get.so"
         subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(HERE / "fake_dcb_get.c"), "-ldl"], check=True)
         lines = [f"ip link add {DEV} type veth peer name v1"]
-        for name, argv in COMMANDS.items():
+        for name in names:
+            tool, *args = COMMANDS[name]
             pre = f"-E LD_PRELOAD={shim} " if name in NEEDS_SHIM else ""
-            lines.append(f"strace {pre}-qq -e trace=sendto,sendmsg -e write=all -o {tmp}/{name}.trace {' '.join(argv)} >/dev/null 2>&1 || true")
+            lines.append(f"strace {pre}-qq -e trace=sendto,sendmsg -e write=all -o {tmp}/{name}.trace {tools.get(tool, tool)} {' '.join(args)} >/dev/null 2>&1 || true")
         subprocess.run(["unshare", "-n", "sh", "-c", "\n".join(lines)], check=True, env={**os.environ, "LC_ALL": "C"})
         out: dict[str, tuple[str, bytes]] = {}
-        for name, argv in COMMANDS.items():
+        for name in names:
+            argv = COMMANDS[name]
             msgs = parse_strace(Path(tmp, f"{name}.trace").read_text())
             if not msgs:
                 raise RuntimeError(f"{name}: no request captured")
@@ -94,10 +120,20 @@ def load(path: Path = HERE / "requests.txt") -> dict[str, tuple[str, bytes]]:
     return out
 
 
-def main() -> int:
-    print("# netlink requests of iproute2 6.1 and ethtool 6.1 (Debian 12) on a veth; made by tests/support/netlink_capture.py")
-    print("# name\tcommand\trequest (hex; nlmsg_seq, the genetlink family id and the ifindex differ per run)")
-    for name, (cmd, data) in sorted(capture().items()):
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.support.netlink_capture")
+    ap.add_argument("--dcb", default="dcb", help="the dcb program to run (one built from iproute2's source)")
+    ap.add_argument("--only", help="comma-separated names: print only their lines, to add to the file")
+    args = ap.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else None
+    captured = capture({"dcb": args.dcb}, only)
+    if only is None:
+        print("# netlink requests of iproute2 6.1 and ethtool 6.1 (Debian 12) on a veth; made by tests/support/netlink_capture.py")
+        print("# name\tcommand\trequest (hex; nlmsg_seq, the genetlink family id and the ifindex differ per run)")
+    else:
+        version = subprocess.run([args.dcb, "-V"], capture_output=True, text=True).stdout.strip()
+        print(f"# {', '.join(sorted(only))}: {version}; made by tests/support/netlink_capture.py --dcb DCB --only {args.only}")
+    for name, (cmd, data) in sorted(captured.items()):
         print(f"{name}\t{cmd}\t{data.hex()}")
     return 0
 
