@@ -87,10 +87,17 @@ def build_app(ifname: str, cmd: int, apps: Sequence[tuple[int, int, int]], seq: 
 
 def build_apptrust(ifname: str, selectors: Sequence[int], seq: int) -> bytes:
     """``dcb apptrust set dev IF order ...`` (iproute2 dcb/dcb_apptrust.c: one u8 per
-    selector, its attribute type the APP table's for that selector)."""
+    selector, its attribute type the APP table's for that selector; captured from iproute2
+    7.1's dcb in tests/fixtures/netlink)."""
     table = [attr_u8(DCB_ATTR_DCB_APP if s == DCB_APP_SEL_PCP else DCB_ATTR_IEEE_APP, s) for s in selectors]
     body = _dcbmsg(DCB_CMD_IEEE_SET) + attr_strz(DCB_ATTR_IFNAME, ifname) + nest(DCB_ATTR_IEEE, [nest(DCB_ATTR_DCB_APP_TRUST_TABLE, table)])
     return message(RTM_SETDCB, seq, body)
+
+
+def apptrust_order(trust: str) -> list[int]:
+    """The selectors trusted for ``trust`` "dscp" (``order dscp pcp``: an IP packet's DSCP,
+    else the VLAN tag's PCP) or "pcp" (``order pcp``)."""
+    return [IEEE_8021QAZ_APP_SEL_DSCP, DCB_APP_SEL_PCP] if trust == "dscp" else [DCB_APP_SEL_PCP]
 
 
 def _check_set_reply(replies: list[tuple[int, bytes]]) -> None:
@@ -170,8 +177,7 @@ def set_trust(ifname: str, trust: str, *, apptrust: bool, entries: Sequence[tupl
     def run() -> None:
         with open_socket(NETLINK_ROUTE) as sock:
             if apptrust:
-                order = [IEEE_8021QAZ_APP_SEL_DSCP, DCB_APP_SEL_PCP] if trust == "dscp" else [DCB_APP_SEL_PCP]
-                _set(sock, build_apptrust(ifname, order, seq), seq, timeout_s)
+                _set(sock, build_apptrust(ifname, apptrust_order(trust), seq), seq, timeout_s)
             elif not apps:
                 raise NetlinkError(errno.EINVAL)  # nothing to add or delete: the caller's bug
             else:
