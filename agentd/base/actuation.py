@@ -68,3 +68,10 @@ class Actuators(Protocol):
     """One change through the node's own interface; never raises, never decides."""
 
     def apply(self, setting: Setting, timeout_s: float) -> Outcome: ...
+
+
+# What the trust knob asks of the DCB app-trust table, by trust (iproute2's `dcb apptrust set
+# dev X order ...` names): "dscp" trusts an IP packet's DSCP, else the VLAN tag's PCP; "pcp"
+# the PCP alone. The writer (agentd.host.dcb_write) and the plan's command text
+# (agentd.judging.enforce) both take it from here.
+APPTRUST_ORDER: dict[str, tuple[str, ...]] = {"dscp": ("dscp", "pcp"), "pcp": ("pcp",)}

@@ -27,7 +27,7 @@ import socket
 import struct
 from typing import Iterable, Sequence
 
-from agentd.base.actuation import Outcome, failed
+from agentd.base.actuation import APPTRUST_ORDER, Outcome, failed
 from agentd.host.dcb import (
     DCB_APP_SEL_PCP,
     DCB_ATTR_DCB_APP_TRUST_TABLE,
@@ -94,10 +94,13 @@ def build_apptrust(ifname: str, selectors: Sequence[int], seq: int) -> bytes:
     return message(RTM_SETDCB, seq, body)
 
 
+_SELECTOR = {"dscp": IEEE_8021QAZ_APP_SEL_DSCP, "pcp": DCB_APP_SEL_PCP}  # the kernel's selector numbers (dcbnl.h)
+
+
 def apptrust_order(trust: str) -> list[int]:
     """The selectors trusted for ``trust`` "dscp" (``order dscp pcp``: an IP packet's DSCP,
     else the VLAN tag's PCP) or "pcp" (``order pcp``)."""
-    return [IEEE_8021QAZ_APP_SEL_DSCP, DCB_APP_SEL_PCP] if trust == "dscp" else [DCB_APP_SEL_PCP]
+    return [_SELECTOR[name] for name in APPTRUST_ORDER[trust]]
 
 
 def _check_set_reply(replies: list[tuple[int, bytes]]) -> None:

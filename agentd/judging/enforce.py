@@ -35,7 +35,7 @@ import fnmatch
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
-from agentd.base.actuation import Setting, Value
+from agentd.base.actuation import APPTRUST_ORDER, Setting, Value
 from agentd.config import KNOBS, AgentConfig, Knob
 from agentd.judging.checks.common import CheckInput, roce_compute_ports
 from agentd.judging.checks.gdr import dmabuf_blockers
@@ -190,7 +190,7 @@ def command_for(s: Setting, frm: Value, to: Value) -> str:
                          for side, on, old in zip(("roce_np", "roce_rp"), to, was, strict=True) if on != old) or "true"
     if k == "trust":
         if s.apptrust:
-            return f"dcb apptrust set dev {nd} order " + ("dscp pcp" if to == "dscp" else "pcp")
+            return f"dcb apptrust set dev {nd} order " + " ".join(APPTRUST_ORDER[str(to)])
         pairs = " ".join(f"{d}:{p}" for d, p in s.entries)
         return f"dcb app {'add' if to == 'dscp' else 'del'} dev {nd} dscp-prio {pairs}"
     if k == "dscp2prio":
