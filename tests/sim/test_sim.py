@@ -183,6 +183,7 @@ NOT_ON = {
 CASES = [(p, k) for p in PROFILES for k in sim.FAULT_KINDS if k not in NOT_ON.get(p, set())]
 
 
+@pytest.mark.slow  # every kind on every profile: ~200 cases, ~20 s of the fast loop's 60
 @pytest.mark.parametrize("profile,kind", CASES, ids=[f"{p}-{k}" for p, k in CASES])
 def test_fault_applies_and_clears(roots, profile, kind):
     root = roots(profile)
