@@ -159,6 +159,7 @@ class Daemon:
         self.cursor = CursorKeeper(self.log, collector.kernel_source)
         self.history_file = HistoryKeeper(self.log, self.history, self.publisher, host) if persist_history else None
         self._reload_lane = Lane("reload")
+        self._reloading = asyncio.Lock()  # SIGHUPs a moment apart: one reload after the other
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -366,7 +367,15 @@ class Daemon:
         The files are read in the reload lane (a daemon thread), waited for at most
         ``timeouts.probe_s``: a config on a filesystem that never answers fails the reload
         instead of holding it, and never holds the exit (asyncio's own worker threads are
-        joined at exit, a lane's are not). A reload while one still hangs fails at once."""
+        joined at exit, a lane's are not). A reload while one still hangs fails at once.
+
+        Reloads run one after the other, in the order the signals came: a second SIGHUP
+        while the first hands the socket over (``HANDOVER_S``) reads its files after that,
+        so the latest reload is the one the metrics and the log end on."""
+        async with self._reloading:
+            return await self._reload()
+
+    async def _reload(self) -> bool:
         self.notifier.reloading()
         old = self.config
         path, overrides = self.config_path, self.overrides or None

@@ -123,6 +123,29 @@ async def test_reload_drops_a_removed_user_and_keeps_the_socket(tmp_path: Path) 
         assert await asyncio.wait_for(task, 5) == 0
 
 
+async def test_a_sighup_during_a_reload_is_judged_after_it(tmp_path: Path) -> None:
+    """Two SIGHUPs a moment apart, the second with a broken web config: the reloads run in
+    order, so the latest one (failed) is what ``agentd_config_last_reload_success`` says,
+    not the first one finishing late (its server handover takes ``HANDOVER_S``)."""
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  alice: {HASH}\n  bob: {HASH}\n")
+    d, task, log = await start(tmp_path, web)
+    try:
+        web.write_text(f"basic_auth_users:\n  alice: {HASH}\n")
+        first = asyncio.create_task(d.reload())
+        await asyncio.sleep(0.1)  # the first has read its files and is handing the socket over
+        assert not first.done()
+        web.write_text("basic_auth_users:\n  alice: not-a-hash\n")
+        second = asyncio.create_task(d.reload())
+        assert await first is True and await second is False
+        assert await until(lambda: b"agentd_config_last_reload_success 0" in d.state.metrics_bytes())
+        events = [event for _, event, _ in log.events if event.startswith("config.reload")]
+        assert events[-2:] == ["config.reloaded", "config.reload_failed"], events
+    finally:
+        d.stop()
+        assert await asyncio.wait_for(task, 5) == 0
+
+
 def issue_server_cert(ca_dir: Path, out: Path) -> None:
     """A fresh key and certificate for the same names, signed by the test CA."""
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
