@@ -62,8 +62,10 @@ queue after every such timeout (clear_bit(EFA_AQ_STATE_RUNNING_BIT) in both wait
 and nothing reopens it until the driver is loaded again: no QP, CQ, MR or AH can be made and
 no statistics read, the function is unusable (mlx5's page-management timeout, critical for
 that reason); the admin queue closed critical once (mlx5's health compromised); a command
-the device failed, or that could not be submitted, warning repeated (3, as mlx5's command
-timeouts: one can be a job's request the device refused); the rest count.
+the device failed, or that could not be submitted, counts only, as mlx5's failed commands
+do: most are a job's request the device refused at its limits (CREATE_QP, REG_MR), which
+says nothing of the node; a GET_STATS of agentd's that fails backs agentd off instead
+(agentd.collection.backoff). The rest count.
 
 PCIe AER: fatal critical once; non-fatal warning repeated (3); corrected warning repeated
 (100 in the window), info below it: corrected errors are routine on a healthy link, a
@@ -356,11 +358,6 @@ _POLICIES: Mapping[tuple[str, str], EventPolicy] = {
     ("mlx5", "tx_timeout"): EventPolicy("warning", "repeated", 3, "HCA transmit queue timeouts", "Check the port and the HCA firmware; reset the interface if it repeats"),
     ("efa", "cmd_timeout"): EventPolicy("critical", "once", 1, "EFA device did not complete an admin command (the driver closed its admin queue)", _EFA_ADMIN),
     ("efa", "admin_queue_closed"): EventPolicy("critical", "once", 1, "EFA admin queue closed (no QP, CQ, MR or statistics until the driver is reloaded)", _EFA_ADMIN),
-    ("efa", "cmd_failed"): EventPolicy(
-        "warning", "repeated", 3, "EFA admin command failures",
-        "`dmesg | grep efa` names the commands and their status: a job's CREATE_QP or REG_MR can be refused at the device's limits; "
-        "GET_STATS or every command failing: reload the efa driver or stop and start the instance",
-    ),
     ("aer", "fatal"): EventPolicy("critical", "once", 1, "PCIe uncorrected fatal error", "Drain the node; check the device and its slot/riser, reseat or replace; reboot to recover the link"),
     ("aer", "nonfatal"): EventPolicy("warning", "repeated", 3, "PCIe uncorrected non-fatal errors", "Check the device and its slot/riser; reseat or replace if they continue"),
     ("aer", "corrected"): EventPolicy("warning", "repeated", 100, "PCIe corrected error storm", "Check the link (lspci -vv LnkSta, AER counters) and reseat the device or riser", below="info"),
