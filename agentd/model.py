@@ -651,7 +651,7 @@ class KernelEvent(Record):
 
     seq: int  # the record's sequence number in this boot's log
     at: float  # unix time, estimated from the record's timestamp (or when it was first read)
-    kind: str  # xid | sxid | gpu_off_bus | nvrm | peermem | mlx5 | aer | pcie
+    kind: str  # xid | sxid | gpu_off_bus | nvrm | peermem | mlx5 | efa | aer | pcie
     code: str  # "79", "cmd_timeout", "fatal", ... ("other": a line of the driver no rule names)
     device: str | None = None  # the PCI bus id it is about (dddd:bb:dd.f), when the line says
     detail: str = ""  # the message, one line, truncated

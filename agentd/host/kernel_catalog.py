@@ -31,6 +31,12 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
   prefix, or from the driver core's ``mlx5_core: probe of <bdf> failed``, else from the
   record's ``DEVICE=+pci:...``): page-management and QP-reset command timeouts, "health
   recovery flow aborted", "PCI slot [N] is unavailable", a failed probe, ...
+- efa (AWS EFA, drivers/infiniband/hw/efa): admin-queue command failures, as ibdev_err
+  prints them, ``efa 0000:00:06.0 rdmap0s6: <text>`` (``__ibdev_printk``,
+  drivers/infiniband/core/device.c: the PCI driver, the function, then the RDMA device;
+  the device from the function in the prefix, else from the record's ``DEVICE=+pci:...``):
+  a command the device did not complete (the driver then closes the admin queue), the
+  admin queue closed, a command the device failed or that could not be submitted.
 - PCIe AER (drivers/pci/pcie/aer.c). Counted from the root port's "error received" line
   (``AER: [Multiple ]Corrected error received: 0000:01:00.0``, ``... id=00e5`` on kernels
   before 4.19, ``Correctable error message received from 0000:06:00.0`` on 6.x), one per
@@ -69,7 +75,7 @@ CONTEXT_RECORDS = 8  # how many records a GPU named by the driver stays the subj
 
 @dataclass(frozen=True)
 class Extracted:
-    kind: str  # "xid" | "sxid" | "gpu_off_bus" | "nvrm" | "peermem" | "mlx5" | "aer" | "pcie"
+    kind: str  # "xid" | "sxid" | "gpu_off_bus" | "nvrm" | "peermem" | "mlx5" | "efa" | "aer" | "pcie"
     code: str
     device: str | None  # PCI bus id, sysfs spelling "dddd:bb:dd.f"; None when unnamed
     detail: str  # the message, one line, at most DETAIL_CHARS
@@ -146,6 +152,36 @@ _MLX5_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     ("cmd_failed", ("mlx5_cmd_out_err",), re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
 )
 
+# AWS EFA (drivers/infiniband/hw/efa). Its admin-queue lines are ibdev_err_ratelimited, which
+# __ibdev_printk (drivers/infiniband/core/device.c) prints as "%s %s %s: " of the PCI driver
+# ("efa", its pci_driver name), the function and the RDMA device ("efa_0", or the name udev
+# gave it, "rdmap0s6"); efa_main.c's own dev_err lines have "efa <bdf>: ".
+_EFA_RE = re.compile(r"^\s*efa [0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7][\s:]")
+_EFA_DEV_RE = re.compile(r"^\s*efa ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\b")
+# The wordings of drivers/infiniband/hw/efa/efa_com.c (torvalds/linux; the same since the
+# driver came in 5.2, where they were plain ibdev_err; the 2025 patch "RDMA/efa: Extend admin
+# timeout error print" changes only the "(ctx 0x%p, ..." tail of the first two to
+# "(id: %d, ..."), each with the words (lower case) every line it matches contains:
+_EFA_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
+    # efa_com_wait_and_process_admin_cq_interrupts: "The device didn't send any completion for
+    # admin cmd %s(%d) status %d (ctx 0x%p, ...)" and "The device sent a completion but the
+    # driver didn't receive any MSI-X interrupt for admin cmd %s(%d) status %d (ctx: 0x%p, ...)";
+    # efa_com_wait_and_process_admin_cq_polling: "Wait for completion (polling) timeout". Each
+    # is followed by clear_bit(EFA_AQ_STATE_RUNNING_BIT): the driver closes the admin queue.
+    ("cmd_timeout", ("completion",), re.compile(
+        r"The device didn't send any completion for admin cmd"
+        r"|The device sent a completion but the driver didn't receive any MSI-X interrupt for admin cmd"
+        r"|Wait for completion \(polling\) timeout")),
+    # efa_com_submit_admin_cmd: "Admin queue is closed" (every command after the queue was
+    # closed); efa_com_handle_single_admin_completion: "comp_ctx is NULL. Changing the admin
+    # queue running state" (it closes it)
+    ("admin_queue_closed", ("admin queue",), re.compile(r"Admin queue is closed|comp_ctx is NULL\. Changing the admin queue running state")),
+    # efa_com_cmd_exec: "Failed to process command %s (opcode %u) comp_status %d err %d" (the
+    # device answered with an error status, or the wait above failed) and "Failed to submit
+    # command %s (opcode %u) err %ld"; %s is efa_com_cmd_str's name (GET_STATS, CREATE_QP, ...)
+    ("cmd_failed", ("failed to",), re.compile(r"Failed to (?:process|submit) command .{1,40}? \(opcode \d+\)")),
+)
+
 # Lines of the PCIe port services (drivers/pci/pcie) about a link's error recovery.
 _PCIE_RE = re.compile(r"AER|PCIe Bus Error|DPC|pciehp|Link Active not set")
 # aer.c aer_print_error: "PCIe Bus Error: severity=%s, type=%s, (%s)" (before 4.19 ", id=%04x(%s)")
@@ -172,7 +208,7 @@ _AER_RECEIVED_RE = re.compile(
 _DEV_PREFIX_RE = re.compile(r"^\s*\S+ ([0-9a-fA-F]{4,8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 
 # Every driver name or wording ``feed`` looks for, as bytes: what ``wants`` lets through.
-_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|mlx5")
+_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|mlx5|efa [0-9a-fA-F]{4}")
 
 _ERRORISH_RE = re.compile(
     r"\b(?:error|errors|fail|failed|failure|fatal|timeout|timed out|invalid|unable|lost|"
@@ -214,6 +250,18 @@ def _detail(message: str) -> str:
 def _requester(rid: int, domain: str | None) -> str | None:
     """A PCIe requester id (bus << 8 | device << 3 | function) as a bus id."""
     return normalize_bdf(f"{domain or '0000'}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}")
+
+
+def _coded(kind: str, codes: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...], text: str, device: str | None) -> Extracted | None:
+    """A NIC driver's line by its catalogue (the first code whose words and pattern match),
+    "other" when it only says something went wrong, else None."""
+    low = text.lower()
+    for code, words, pattern in codes:
+        if any(w in low for w in words) and pattern.search(text):
+            return Extracted(kind, code, device, _detail(text))
+    if _ERRORISH_RE.search(text):
+        return Extracted(kind, "other", device, _detail(text))
+    return None
 
 
 def _aer_code(severity: str) -> str:
@@ -259,12 +307,15 @@ class Extractor:
             return self._nvswitch(text, fields)
         if "mem" in text and _PEERMEM_RE.match(text):
             return self._peermem(text, fields)
+        efa = "efa " in text and _EFA_RE.match(text) is not None
         if _PCIE_RE.search(text):
             found = self._pcie(text, fields)
-            if found is not None or "mlx5" not in text:
+            if found is not None or ("mlx5" not in text and not efa):
                 return found
         if "mlx5" in text and _MLX5_RE.search(text):
             return self._mlx5(text, fields)
+        if efa:
+            return self._efa(text, fields)
         return None
 
     def _remember_gpu(self, bdf: str | None) -> None:
@@ -344,14 +395,11 @@ class Extractor:
 
     def _mlx5(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _MLX5_DEV_RE.match(text) or _PROBE_OF_RE.search(text)
-        device = normalize_bdf(m.group(1)) if m else _field_device(fields)
-        low = text.lower()
-        for code, words, pattern in _MLX5_CODES:
-            if any(w in low for w in words) and pattern.search(text):
-                return Extracted("mlx5", code, device, _detail(text))
-        if _ERRORISH_RE.search(text):
-            return Extracted("mlx5", "other", device, _detail(text))
-        return None
+        return _coded("mlx5", _MLX5_CODES, text, normalize_bdf(m.group(1)) if m else _field_device(fields))
+
+    def _efa(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
+        m = _EFA_DEV_RE.match(text)
+        return _coded("efa", _EFA_CODES, text, normalize_bdf(m.group(1)) if m else _field_device(fields))
 
     def _pcie(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         """AER errors (counted once: from the root port's header, or from the device's own

@@ -56,6 +56,17 @@ QP-reset command timeouts (NVSentinel: the function is unusable), health recover
 PCI slot unavailable critical once; other firmware command timeouts warning repeated (3);
 a failed probe, slot power, module temperature, cable errors warning once; the rest count.
 
+efa (AWS EFA's admin queue, drivers/infiniband/hw/efa/efa_com.c), measured against mlx5's:
+a command the device did not complete critical once, because the driver closes the admin
+queue after every such timeout (clear_bit(EFA_AQ_STATE_RUNNING_BIT) in both wait paths)
+and nothing reopens it until the driver is loaded again: no QP, CQ, MR or AH can be made and
+no statistics read, the function is unusable (mlx5's page-management timeout, critical for
+that reason); the admin queue closed critical once (mlx5's health compromised); a command
+the device failed, or that could not be submitted, counts only, as mlx5's failed commands
+do: most are a job's request the device refused at its limits (CREATE_QP, REG_MR), which
+says nothing of the node; a GET_STATS of agentd's that fails backs agentd off instead
+(agentd.collection.backoff). The rest count.
+
 PCIe AER: fatal critical once; non-fatal warning repeated (3); corrected warning repeated
 (100 in the window), info below it: corrected errors are routine on a healthy link, a
 storm is not. PCIe recovery: a failed recovery or subordinate reset critical once; DPC
@@ -314,6 +325,9 @@ def sxid_policy(code: str) -> EventPolicy:
 
 _COUNT = EventPolicy("ok", "count", 1)
 _NIC_FW = "Collect mlxfwdump/sysinfo-snapshot, reset the HCA (mlxfwreset) or reboot; replace it if it recurs"
+_EFA_ADMIN = ("Drain the node; `dmesg | grep efa` names the command; the admin queue stays closed until the efa driver "
+              "is reloaded (`modprobe -r efa && modprobe efa`, nothing using it) or the instance is stopped and started; "
+              "if it recurs, report the instance to AWS")
 _PCIE_RECOVERY = "Drain the node; `dmesg | grep -iE 'aer|dpc|pciehp'` names the port and device; reseat or replace the device, riser or cable; reboot to bring the device back"
 
 _POLICIES: Mapping[tuple[str, str], EventPolicy] = {
@@ -342,6 +356,8 @@ _POLICIES: Mapping[tuple[str, str], EventPolicy] = {
     ("mlx5", "cable"): EventPolicy("warning", "once", 1, "HCA port module / cable error", "Reseat or replace the cable / transceiver"),
     ("mlx5", "high_temp"): EventPolicy("warning", "once", 1, "HCA high temperature", "Check the node's airflow and fans"),
     ("mlx5", "tx_timeout"): EventPolicy("warning", "repeated", 3, "HCA transmit queue timeouts", "Check the port and the HCA firmware; reset the interface if it repeats"),
+    ("efa", "cmd_timeout"): EventPolicy("critical", "once", 1, "EFA device did not complete an admin command (the driver closed its admin queue)", _EFA_ADMIN),
+    ("efa", "admin_queue_closed"): EventPolicy("critical", "once", 1, "EFA admin queue closed (no QP, CQ, MR or statistics until the driver is reloaded)", _EFA_ADMIN),
     ("aer", "fatal"): EventPolicy("critical", "once", 1, "PCIe uncorrected fatal error", "Drain the node; check the device and its slot/riser, reseat or replace; reboot to recover the link"),
     ("aer", "nonfatal"): EventPolicy("warning", "repeated", 3, "PCIe uncorrected non-fatal errors", "Check the device and its slot/riser; reseat or replace if they continue"),
     ("aer", "corrected"): EventPolicy("warning", "repeated", 100, "PCIe corrected error storm", "Check the link (lspci -vv LnkSta, AER counters) and reseat the device or riser", below="info"),

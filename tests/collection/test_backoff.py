@@ -19,7 +19,8 @@ from agentd.host.fs import HostRoot
 from agentd.judging.judge import judge
 from agentd.judging.roles import hca_roles
 from agentd.model import KernelEvent
-from tests.support import service_snapshots
+from tests.support import efa_log, service_snapshots
+from tests.support.rdma_families import build
 from tests.support.read_spy import ReadSpy
 
 ACCESS_REG = ("mlx5_core 0000:49:00.0: mlx5_cmd_out_err:838:(pid 1441871): ACCESS_REG(0x805) op_mod(0x1) failed, "
@@ -131,8 +132,8 @@ def _vpd(fields: list[tuple[bytes, bytes]]) -> bytes:
     return b"\x82" + len(ident).to_bytes(2, "little") + ident + b"\x90" + len(ro).to_bytes(2, "little") + ro + b"\x78"
 
 
-def _event(seq: int, at: float, device: str, detail: str = ACCESS_REG, code: str = "cmd_failed") -> KernelEvent:
-    return KernelEvent(seq=seq, at=at, kind="mlx5", code=code, device=device, detail=detail)
+def _event(seq: int, at: float, device: str, detail: str = ACCESS_REG, code: str = "cmd_failed", kind: str = "mlx5") -> KernelEvent:
+    return KernelEvent(seq=seq, at=at, kind=kind, code=code, device=device, detail=detail)
 
 
 def test_matching_needs_the_device_the_window_and_a_command_agentds_reads_issue():
@@ -147,6 +148,57 @@ def test_matching_needs_the_device_the_window_and_a_command_agentds_reads_issue(
     assert back_offs([_event(1, 101.0, bdf, enable, "cmd_timeout")], windows, read, {}) == []
     skipped = [ReadWindow("ib_counters", "firmware", 100.0, 100.5, frozenset({bdf}))]
     assert back_offs([_event(1, 101.0, bdf)], skipped, read, {}) == []  # that run did not read it
+
+
+def test_efa_failures_of_get_stats_after_a_counter_read_back_off_and_a_jobs_commands_do_not():
+    """EFA's only command agentd's reads issue is GET_STATS (its port hw_counters); its port
+    state and rate cost no command, so a failure in a link read's window is not agentd's."""
+    bdf = efa_log.BDF
+    windows = [ReadWindow("ib_counters", "firmware", 100.0, 100.5), ReadWindow("ib", "link", 200.0, 200.1)]
+    read = frozenset({bdf})
+
+    def efa(line: str, code: str, at: float = 101.0) -> list[KernelEvent]:
+        return [_event(1, at, bdf, line, code, kind="efa")]
+
+    for line, code in ((efa_log.GET_STATS_FAILED, "cmd_failed"), (efa_log.GET_STATS_TIMEOUT, "cmd_timeout"),
+                       (efa_log.GET_STATS_NOT_SUBMITTED, "cmd_failed")):
+        backed = back_offs(efa(line, code), windows, read, {})
+        assert [(b.pci_bus_id, b.reads, b.reason) for b in backed] == [(bdf, "firmware", "kernel_log")], line
+        assert "GET_STATS" in backed[0].evidence
+    assert back_offs(efa(efa_log.CREATE_QP_FAILED, "cmd_failed"), windows, read, {}) == []  # a job's QP
+    assert back_offs(efa(efa_log.CREATE_QP_NO_MSIX, "cmd_timeout"), windows, read, {}) == []
+    assert back_offs(efa(efa_log.QUEUE_CLOSED, "admin_queue_closed"), windows, read, {}) == []  # names no command
+    assert back_offs(efa(efa_log.GET_STATS_FAILED, "cmd_failed", at=201.0), windows, read, {}) == []  # only the link was read
+
+
+def test_an_efa_function_whose_get_stats_fails_right_after_a_counter_read_is_not_read_again(tmp_path):
+    """Through the collector on the EFA layout (tests/fixtures/rdma-families/efa.json): the
+    failure's lines follow agentd's read of the port hw_counters in the kernel log."""
+    root = tmp_path / "root"
+    build(root, "efa")
+    (root / "dev").mkdir()
+    kmsg = root / "dev/kmsg"
+    kmsg.write_text("")
+    spy = ReadSpy()
+    c = _collector(root, spy)
+    c.run_sync()  # the first collection; the kernel log's first read is history
+    assert _counter_reads(spy, root, "rdmap0s6")
+
+    c.run_sync(["ib_counters"])  # agentd reads the counters: GET_STATS ...
+    lines = (efa_log.GET_STATS_TIMEOUT, efa_log.GET_STATS_FAILED, efa_log.GET_STATS_CALLER)  # ... which the device never completes
+    kmsg.write_text("".join(f"3,{seq},{seq * 1_000_000},-;{line}\n" for seq, line in enumerate(lines, 1)))
+    c.run_sync(["kernel"])
+
+    spy.read.clear()
+    c.run_sync()
+    assert _counter_reads(spy, root, "rdmap0s6") == []  # never again this boot
+    assert _counter_reads(spy, root, "rdmap0s7")  # the other adapter still is
+    snap = c.snapshot()
+    assert [(b.pci_bus_id, b.reads, b.reason) for b in snap.backed_off] == [(efa_log.BDF, "firmware", "kernel_log")]
+    assert "GET_STATS(13)" in snap.backed_off[0].evidence
+    j = judge(snap, (), AgentConfig.model_validate({"host_root": str(root)}), None)
+    assert {(f.code, f.severity, f.subject) for f in j.findings if f.code in ("hca.firmware", "collect.device.backed_off")} == {
+        ("hca.firmware", "critical", "rdmap0s6"), ("collect.device.backed_off", "ok", efa_log.BDF)}
 
 
 @pytest.mark.tree

@@ -10,6 +10,7 @@ import pytest
 
 from agentd.host.kernel_catalog import CONTEXT_RECORDS, DETAIL_CHARS, Extracted, Extractor
 from agentd.judging.kernel_policy import XID_CATALOGUE, EventPolicy, event_policy
+from tests.support import efa_log
 from tests.support.paths import FIXTURES
 
 KMSG = FIXTURES / "kmsg"
@@ -203,6 +204,43 @@ def test_mlx5():
     for code in ("slot_power", "module_temp", "cable"):
         assert (sev[code].severity, sev[code].rule) == ("warning", "once")
     assert sev["cmd_failed"].rule == "count" and sev["other"].rule == "count"
+
+
+# AWS EFA's admin-queue lines (tests/support/efa_log: made from efa_com.c's format strings)
+EFA_LINES = (
+    (efa_log.GET_STATS_TIMEOUT, "cmd_timeout"),
+    (efa_log.CREATE_QP_NO_MSIX, "cmd_timeout"),
+    (efa_log.POLLING_TIMEOUT, "cmd_timeout"),
+    (efa_log.GET_STATS_FAILED, "cmd_failed"),
+    (efa_log.GET_STATS_CALLER, "other"),  # the caller's own line (efa_com_get_stats)
+    (efa_log.QUEUE_CLOSED, "admin_queue_closed"),
+    (efa_log.GET_STATS_NOT_SUBMITTED, "cmd_failed"),
+    (efa_log.COMP_CTX_NULL, "admin_queue_closed"),
+    (efa_log.UNKNOWN_FAILED, "cmd_failed"),
+)
+
+
+def test_efa_admin_queue_lines_name_their_function():
+    ex = Extractor()
+    found = []
+    for line, _ in EFA_LINES:
+        assert ex.wants(line.encode())
+        event = ex.feed(line)
+        assert event is not None, line
+        found.append((event.kind, event.code, event.device))
+    assert found == [("efa", code, efa_log.BDF) for _, code in EFA_LINES]
+    # ordinary lines of the driver (efa_main.c ibdev_info, dev_info), and ENA's admin queue
+    # (the same wording, another driver) are nothing
+    assert ex.feed("efa 0000:00:06.0 efa_0: IB device registered") is None
+    assert ex.feed("efa 0000:00:06.0: Setup irq:0x00000000d2e1f0a3 vector:34 name:efa-mgmnt@pci:0000:00:06.0") is None
+    assert ex.feed("ena 0000:00:05.0 eth0: Admin queue is closed") is None
+    timeout, closed, failed = (event_policy("efa", c) for c in ("cmd_timeout", "admin_queue_closed", "cmd_failed"))
+    # the driver closes the admin queue after a timeout: the function is unusable, as an mlx5
+    # whose page-management commands time out (critical), not as mlx5's other timeouts
+    assert (timeout.severity, timeout.rule) == (closed.severity, closed.rule) == ("critical", "once")
+    assert (timeout.severity, timeout.rule) == (event_policy("mlx5", "fatal_cmd_timeout").severity, event_policy("mlx5", "fatal_cmd_timeout").rule)
+    assert failed == event_policy("mlx5", "cmd_failed")  # a refused command counts, as mlx5's: mostly a job's request at the device's limits
+    assert event_policy("efa", "other").rule == "count"
 
 
 def test_device_from_record_fields_when_the_text_names_none():

@@ -1,4 +1,4 @@
-"""Kernel log events: XIDs, GPUs off the bus, NVSwitch SXIDs, mlx5 firmware, PCIe errors.
+"""Kernel log events: XIDs, GPUs off the bus, NVSwitch SXIDs, mlx5 firmware, EFA admin queue, PCIe errors.
 
 The events come with the snapshot (``NodeSnapshot.kernel``, read by agentd.host.kernel_log);
 what each one means is the catalogue's (agentd.judging.kernel_policy): a rule and a
@@ -48,6 +48,7 @@ FINDING_CODES = {
     "sxid": "nvswitch.sxid",
     "peermem": "gdr.peermem_error",
     "mlx5": "hca.firmware",
+    "efa": "hca.firmware",
 }
 AER_CODES = {"fatal": "pcie.aer.fatal", "nonfatal": "pcie.aer.nonfatal", "corrected": "pcie.aer.correctable"}
 PCIE_CODES = {
@@ -77,7 +78,7 @@ def _subject(snap: NodeSnapshot, e: KernelEvent) -> Subject:
             if g.pci_bus_id == bus:
                 return gpu_subject(g.index, g.pci_bus_id)
         return gpu_subject(bus_id=bus)
-    if e.kind == "mlx5":
+    if e.kind in ("mlx5", "efa"):
         for h in snap.hcas:
             if h.pci_bus_id == bus:
                 return hca_subject(h.name)

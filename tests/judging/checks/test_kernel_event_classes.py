@@ -16,12 +16,14 @@ from agentd.host.kernel_log import KernelLogSource
 from agentd.judging.checks import CheckInput
 from agentd.judging.checks.kernel import check_events
 from agentd.model import Finding, Gpu, Hca, KernelLog, NodeSnapshot
+from tests.support import efa_log
 
 KMSG = Path(__file__).parents[2] / "fixtures" / "kmsg"
 DAY = 86400.0
 GPUS = {"0000:9b:00.0": 5, "0009:01:00.0": 0, "0019:01:00.0": 1, "0008:01:00.0": 2, "0000:38:00.0": 4}
 HCAS = (Hca(name="mlx5_0", pci_bus_id="0000:00:00.0"), Hca(name="mlx5_1", pci_bus_id="0000:08:00.2"),
-        Hca(name="mlx5_2", pci_bus_id="0000:06:00.0"), Hca(name="mlx5_3", pci_bus_id="0004:01:00.1"))
+        Hca(name="mlx5_2", pci_bus_id="0000:06:00.0"), Hca(name="mlx5_3", pci_bus_id="0004:01:00.1"),
+        Hca(name="rdmap0s6", pci_bus_id=efa_log.BDF))
 
 # Xid 154 lines made from the driver's format string (no published line names these two
 # actions): open-gpu-kernel-modules @ df1c9a3de2be, src/nvidia/src/kernel/gpu/gpu.c:7258
@@ -124,6 +126,17 @@ def test_mlx5_through_a_failed_pcie_recovery(tmp_path):
     assert not {f for f in found if f[0].startswith("pcie.aer")}  # the Bus Error line is the DPC event's detail
     msg = next(f.message for f in judged(read(tmp_path, lines_of("mlx5_pcie.txt"))) if f.subject == "mlx5_3")
     assert "PCI slot unavailable" in msg and "recovery aborted" in msg
+
+
+def test_an_efa_admin_queue_the_driver_closed_is_critical_for_its_hca(tmp_path):
+    """EFA's admin-queue lines (tests/support/efa_log, from efa_com.c's format strings): a
+    command the device never completed closes the queue (critical, as an mlx5 whose
+    page-management commands time out); failed commands are counted, never judged."""
+    timeout = judged(read(tmp_path, [efa_log.GET_STATS_TIMEOUT, efa_log.GET_STATS_FAILED, efa_log.GET_STATS_CALLER]))
+    assert triples(timeout) == {("hca.firmware", "critical", "rdmap0s6")}
+    assert "did not complete an admin command" in timeout[0].message and "GET_STATS(13)" in timeout[0].message
+    assert triples(judged(read(tmp_path, [efa_log.QUEUE_CLOSED, efa_log.GET_STATS_NOT_SUBMITTED]))) == {("hca.firmware", "critical", "rdmap0s6")}
+    assert judged(read(tmp_path, [efa_log.CREATE_QP_FAILED] * 10)) == []  # a job's CREATE_QP refused: counted, not judged (as mlx5's)
 
 
 # 5. PCIe error recovery ----------------------------------------------------------------------
