@@ -20,10 +20,13 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
   an NVLink5 Xid, the recovery action an Xid 154 names (``GPU recovery action changed from
   0x%x (%s) to 0x%x (%s)``, gpu.c). RM assertions carry a status: ``[NV_ERR_GPU_IS_LOST]``
   is a GPU off the bus, ``[NV_ERR_RESET_REQUIRED]`` a GPU that needs a reset (nvassert.c,
-  nvstatuscodes.h).
+  nvstatuscodes.h). A GPU the driver could not bring up: "The NVIDIA probe routine failed",
+  ``NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)`` and its
+  ``rm_init_adapter failed`` line.
 - nvidia-nvswitch: ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...`` (its
-  "Fatal" / "Non-fatal" kept). The driver repeats an SXid as ``..., Data {0x.., 0x..}``:
-  that line is not counted again.
+  "Fatal" / "Non-fatal" kept). The driver follows a hardware SXid with ``..., Severity 1
+  Engine instance 62 Sub-engine instance 00`` and ``..., Data {0x.., 0x..}``: those lines
+  are not counted again.
 - nvidia-peermem: ``nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context``;
   the module loader's ``nvidia_peermem: Unknown symbol ...`` and MLNX_OFED's legacy
   ``nv_peer_mem: disagrees about version of symbol ...`` (load failures).
@@ -106,9 +109,18 @@ _THE_GPU_RE = re.compile(rf"NVRM: The NVIDIA GPU ({_LOOSE_BDF})\b")
 _NVRM_GPU_BDF_RE = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?({_LOOSE_BDF})\b")
 _ANY_PCI_RE = re.compile(rf"PCI:({_LOOSE_BDF})\b")
 _OFF_BUS_RE = re.compile(r"fallen off the bus", re.IGNORECASE)
-_PROBE_FAILED_RE = re.compile(r"NVRM: The NVIDIA probe routine failed")
+# The driver could not bring a GPU up: nv.c's "The NVIDIA probe routine failed for %d
+# device(s)", and the RM's initialisation failures, "NVRM: GPU 0000:0a:00.0: RmInitAdapter
+# failed! (0x24:0x72:1568)" (osinit.c RmInitAdapter) with "... rm_init_adapter failed, device
+# minor number 5" (nv.c; older drivers "rm_init_adapter failed for device bearing minor
+# number 0" or "rm_init_adapter(0) failed") after it
+_PROBE_FAILED_RE = re.compile(r"NVRM: The NVIDIA probe routine failed|RmInitAdapter failed!|rm_init_adapter(?:\(\d+\))? failed")
 
-_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(?:, (Fatal|Non-fatal|Nonfatal|Data)\b)?")
+# The driver prints a hardware SXid's record after its message as two more SXid lines,
+# "Severity %d Engine instance %02d Sub-engine instance %02d" and "Data {0x%08x, ...}"
+# (open-gpu-kernel-modules src/common/nvswitch/kernel/nvswitch.c, _nvswitch_dump_error_entry):
+# details of the SXid already counted, not more of it.
+_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(?:, (Fatal|Non-fatal|Nonfatal|Data|Severity \d+ Engine instance)\b)?")
 _NVSWITCH_RE = re.compile(r"^\s*nvidia-nvswitch\d*:")
 
 # nvidia-peermem's own lines ("nvidia-peermem nv_get_p2p_free_callback:127 ERROR ..."), the
@@ -376,8 +388,8 @@ class Extractor:
         m = _SXID_RE.search(text)
         if m is not None:
             word = m.group(3)
-            if word == "Data":
-                return None  # the register dump of an SXid already counted
+            if word is not None and word.startswith(("Data", "Severity")):
+                return None  # the record dump of an SXid already counted
             device = _bdf(m.group(1)) or _field_device(fields)
             return Extracted("sxid", str(int(m.group(2))), device, _detail(text), fatal=None if word is None else word == "Fatal")
         if _ERRORISH_RE.search(text):

@@ -73,7 +73,8 @@ storm is not. PCIe recovery: a failed recovery or subordinate reset critical onc
 containment, a hotplug link down, a link that did not come back warning once.
 
 gpu_off_bus (and NV_ERR_GPU_IS_LOST) critical once until reboot; NV_ERR_RESET_REQUIRED
-critical once until reset; peermem invalid context warning repeated (3), a load failure
+critical once until reset; a GPU the driver could not initialise (the probe routine, or
+RmInitAdapter, failed) warning once; peermem invalid context warning repeated (3), a load failure
 (unknown symbols) warning once.
 """
 

@@ -1,0 +1,80 @@
+"""A coverage pass on real kernel log lines agentd had not seen (tests/fixtures/kmsg/
+nvidia_more.txt, mlx5_more.txt, pcie_more.txt; sources in tests/fixtures/SOURCES.md), read
+by the kernel log reader and judged by the kernel check on a node whose GPUs and HCAs have
+the bus ids the lines name. Each class here was missed, or counted twice, before: the
+authority for what the line means is cited with the catalogue entry
+(agentd/host/kernel_catalog.py). Where no published line exists (said where so), the line is
+made from the driver's format string."""
+
+from __future__ import annotations
+
+from agentd.config import AgentConfig
+from agentd.judging.checks import CheckInput
+from agentd.judging.checks.kernel import check_events
+from agentd.model import Finding, Gpu, Hca, KernelLog, NodeSnapshot
+from tests.judging.checks.test_kernel_event_classes import lines_of, read
+
+GPUS = {"0000:91:00.0": 0, "0000:cb:00.0": 1, "0000:0a:00.0": 2, "0000:98:00.0": 3, "0000:02:00.0": 4, "0000:61:00.0": 5}
+HCAS = (Hca(name="mlx5_0", pci_bus_id="0000:0d:00.0"), Hca(name="mlx5_1", pci_bus_id="0000:5e:00.0"),
+        Hca(name="mlx5_2", pci_bus_id="0000:06:00.0"), Hca(name="mlx5_3", pci_bus_id="400f:01:00.0"),
+        Hca(name="mlx5_4", pci_bus_id="0000:08:00.1"), Hca(name="mlx5_5", pci_bus_id="0000:01:00.0"))
+
+
+def judged(log: KernelLog, *, after_s: float = 1.0) -> list[Finding]:
+    at = max((e.at for e in log.events), default=0.0) + after_s
+    snap = NodeSnapshot(taken_at=at, host_root="/x", gpus=tuple(Gpu(index=i, pci_bus_id=b) for b, i in GPUS.items()), hcas=HCAS, kernel=log)
+    return check_events(CheckInput(snapshot=snap, history=(), config=AgentConfig()))
+
+
+def triples(findings: list[Finding]) -> set[tuple[str, str, str]]:
+    return {(f.code, f.severity, f.subject) for f in findings}
+
+
+def events(log: KernelLog) -> list[tuple[str, str, str | None]]:
+    return [(e.kind, e.code, e.device) for e in log.events]
+
+
+# NVIDIA ------------------------------------------------------------------------------------
+
+def test_sxid_severity_and_data_lines_are_details_of_the_sxid_counted(tmp_path):
+    """A DGX's Xid 79 and the NVSwitch SXid 20034 storm after it (leptonai/gpud's SXid
+    README): nvswitch.c _nvswitch_dump_error_entry prints "Severity %d Engine instance %02d
+    Sub-engine instance %02d" and "Data {...}" after each hardware SXid: one SXid each."""
+    log = read(tmp_path, lines_of("nvidia_more.txt", list(range(1, 14))))
+    assert [e for e in events(log) if e[0] == "sxid"] == [
+        ("sxid", "20034", "0000:06:00.0"), ("sxid", "20034", "0000:05:00.0"),
+        ("sxid", "20034", "0000:07:00.0"), ("sxid", "20034", "0000:05:00.0")]
+    assert triples(judged(log)) == {("gpu.xid", "critical", "gpu0"), ("nvswitch.sxid", "critical", "0000:06:00.0"),
+                                    ("nvswitch.sxid", "critical", "0000:05:00.0"), ("nvswitch.sxid", "critical", "0000:07:00.0")}
+    # an unlisted SXid's record lines alone never reach its repeated rule (3)
+    dump = lines_of("nvidia_more.txt", [8, 9, 12, 13])  # Severity/Data lines of two switches
+    assert read(tmp_path, dump).events == ()
+
+
+def test_a_gpu_the_driver_could_not_initialise_is_named(tmp_path):
+    """"RmInitAdapter failed!" and "rm_init_adapter failed, device minor number N"
+    (NVIDIA/gpu-operator#1146, open-gpu-kernel-modules#789): the GPU is unusable, as after a
+    failed probe."""
+    log = read(tmp_path, lines_of("nvidia_more.txt", [52, 53, 54, 55, 56]))
+    assert [e for e in events(log) if e[1] == "probe_failed"] == [
+        ("nvrm", "probe_failed", "0000:0a:00.0"), ("nvrm", "probe_failed", "0000:0a:00.0"),
+        ("nvrm", "probe_failed", "0000:98:00.0"), ("nvrm", "probe_failed", "0000:98:00.0")]
+    found = judged(log)
+    assert triples(found) == {("gpu.driver_error", "warning", "gpu2"), ("gpu.driver_error", "warning", "gpu3")}
+    assert all("failed to initialise a GPU" in f.message for f in found)
+
+
+def test_nvidia_lines_judged_as_the_catalogue_says(tmp_path):
+    """The whole file: application Xids are info, node faults critical, a contained ECC
+    error a warning, GSP heartbeat and NVLink training lines only counted."""
+    found = triples(judged(read(tmp_path, lines_of("nvidia_more.txt"))))
+    assert {("gpu.xid", "critical", "gpu0"), ("gpu.driver_error", "warning", "gpu2"), ("gpu.driver_error", "warning", "gpu3")} <= found
+    assert ("gpu.xid", "critical", "gpu1") in found  # Xid 109 (RESET_GPU) after three Xid 13
+    assert ("gpu.xid", "critical", "gpu5") in found  # Xid 119 "Timeout waiting for RPC from GSP!" (older wording)
+    assert ("gpu.xid", "critical", "0019:01:00.0") in found  # Xid 149 "NETIR Fatal"
+    assert ("gpu.xid", "warning", "0000:00:08.0") in found  # Xid 94 "Contained: SM (0x1)"
+    assert {f for f in found if f[2] in ("0000:dc:00.0", "0000:00:05.0", "0000:00:07.0")} == {
+        ("gpu.xid", "info", "0000:dc:00.0"), ("gpu.xid", "info", "0000:00:05.0"), ("gpu.xid", "info", "0000:00:07.0")}
+    assert not {f for f in found if f[2] in ("0018:01:00.0", "0000:01:00.0", "0008:01:00.0") and f[1] != "info"}  # Nonfatal NVLink5 once
+    # "GPU6 ... Heartbeat timed out" (no bus id) and the NVLink Rx-detect lines are counted only
+    assert {f for f in found if f[0] == "gpu.driver_error"} == {("gpu.driver_error", "warning", "gpu2"), ("gpu.driver_error", "warning", "gpu3")}
