@@ -33,7 +33,9 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
 - mlx5_core: ``mlx5_core 0000:5a:00.0: <func>:<line>:(pid N): <text>`` (device from the
   prefix, or from the driver core's ``mlx5_core: probe of <bdf> failed``, else from the
   record's ``DEVICE=+pci:...``): page-management and QP-reset command timeouts, "health
-  recovery flow aborted", "PCI slot [N] is unavailable", a failed probe, ...
+  recovery flow aborted", "PCI slot [N] is unavailable", a failed probe, a command with "No
+  done completion" (its "timeout. Will cause a leak" line after it is the same timeout; one
+  "recovered after timeout" is none), mlx5e's "TX timeout detected", ...
 - efa (AWS EFA, drivers/infiniband/hw/efa): admin-queue command failures, as ibdev_err
   prints them, ``efa 0000:00:06.0 rdmap0s6: <text>`` (``__ibdev_printk``,
   drivers/infiniband/core/device.c: the PCI driver, the function, then the RDMA device;
@@ -143,7 +145,9 @@ _PROBE_OF_RE = re.compile(r"\bprobe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA
 _MLX5_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     # the function is unusable: its page management or QP reset commands get no answer
     # (wait_func's "<CMD>(0x...) timeout. Will cause a leak of a command resource")
-    ("fatal_cmd_timeout", ("timeout",), re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) timeout")),
+    # (cmd.c wait_func_handle_exec_timeout first says "cmd[%d]: %s(0x%x) No done completion",
+    # then wait_func the "timeout. Will cause a leak" line: one timeout, see Extractor._mlx5)
+    ("fatal_cmd_timeout", ("timeout", "no done completion"), re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) (?:timeout|No done completion)")),
     # health.c: "health recovery flow aborted, PCI reads still not working" (and "..., PCI channel offline")
     ("recovery_aborted", ("recovery flow aborted",), re.compile(r"health recovery flow aborted")),
     # health.c print_health_info: the health buffer reads all ones (the device left the bus)
@@ -153,16 +157,30 @@ _MLX5_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     ("health_compromised", ("health compromised",), re.compile(r"health compromised", re.IGNORECASE)),
     ("unrecoverable", ("unrecoverable",), re.compile(r"unrecoverable", re.IGNORECASE)),
     ("fatal_error", ("fatal error",), re.compile(r"Fatal error (?:\d+ )?detected")),
-    ("fw_syndrome", ("health",), re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)")),
-    ("cmd_timeout", ("leak of a command resource", "wait_func"), re.compile(r"leak of a command resource|wait_func\w*:.*\btimeout\b")),
+    # health.c print_health_info; older kernels printed its lines with dev_err, without the
+    # "print_health_info:<line>:(pid 0): " prefix ("mlx5_core 0000:5e:00.0: synd 0x7: irisc not responding")
+    ("fw_syndrome", ("health", "synd 0x"), re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)|^\s*mlx5_core \S+: synd 0x[0-9a-fA-F]+: ")),
+    # cmd.c wait_func_handle_exec_timeout: "cmd[%d]: %s(0x%x) recovered after timeout" (the
+    # completion was found by polling the command EQ: the command completed) is not a timeout
+    ("cmd_recovered", ("recovered after timeout",), re.compile(r"\(0x[0-9a-fA-F]+\) recovered after timeout")),
+    ("cmd_timeout", ("leak of a command resource", "no done completion"), re.compile(r"leak of a command resource|\(0x[0-9a-fA-F]+\) No done completion")),
     ("slot_power", ("insufficient power",), re.compile(r"insufficient power on the PCIe slot")),
     ("module_temp", ("port module event",), re.compile(r"Port module event.*High Temperature", re.IGNORECASE)),
     ("cable", ("port module event",), re.compile(r"Port module event.*Cable error|Port module event\[error\]")),
     ("module_unplugged", ("port module event",), re.compile(r"Port module event.*Cable unplugged")),
     ("high_temp", ("high temperature on sensors",), re.compile(r"High temperature on sensors")),
-    ("tx_timeout", ("timed out",), re.compile(r"transmit queue \d* ?timed out")),
+    # the stack's "NETDEV WATCHDOG: eth0 (mlx5_core): transmit queue 3 timed out" and mlx5e's
+    # own (en_main.c mlx5e_tx_timeout: netdev_err "TX timeout detected"); its per-queue "TX
+    # timeout on queue: %d, SQ: ..." lines after it are details (counted as "other")
+    ("tx_timeout", ("timed out", "tx timeout detected"), re.compile(r"transmit queue \d* ?timed out|: TX timeout detected")),
     ("cmd_failed", ("mlx5_cmd_out_err",), re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
 )
+
+# One mlx5 command timeout in two lines (cmd.c): wait_func_handle_exec_timeout's "cmd[0]:
+# DESTROY_RMP(0x90e) No done completion", then wait_func's "DESTROY_RMP(0x90e) timeout. Will
+# cause a leak of a command resource" for the same command: the second is not counted again.
+_MLX5_NO_DONE_RE = re.compile(r"\b(\w+\(0x[0-9a-fA-F]+\)) No done completion")
+_MLX5_LEAK_RE = re.compile(r"\b(\w+\(0x[0-9a-fA-F]+\)) timeout\. Will cause a leak")
 
 # AWS EFA (drivers/infiniband/hw/efa). Its admin-queue lines are ibdev_err_ratelimited, which
 # __ibdev_printk (drivers/infiniband/core/device.c) prints as "%s %s %s: " of the PCI driver
@@ -295,6 +313,8 @@ class Extractor:
         self._xid79: str | None = None
         self._xid79_ttl = 0
         self._aer_ttl = 0  # records a root port's "error received" header covers
+        self._mlx5_no_done: tuple[str | None, str] | None = None  # (function, command) of the last "No done completion"
+        self._mlx5_ttl = 0
 
     def wants(self, record: bytes) -> bool:
         """Whether a raw record can hold a line this catalogue recognises (a cheap look at
@@ -312,6 +332,10 @@ class Extractor:
                 self._xid79 = None
         if self._aer_ttl > 0:
             self._aer_ttl -= 1
+        if self._mlx5_ttl > 0:
+            self._mlx5_ttl -= 1
+            if self._mlx5_ttl == 0:
+                self._mlx5_no_done = None
         text = message[:MAX_MATCH_CHARS]
         if "NVRM" in text and _NVRM_RE.match(text):
             return self._nvrm(text, fields)
@@ -407,7 +431,14 @@ class Extractor:
 
     def _mlx5(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _MLX5_DEV_RE.match(text) or _PROBE_OF_RE.search(text)
-        return _coded("mlx5", _MLX5_CODES, text, normalize_bdf(m.group(1)) if m else _field_device(fields))
+        device = normalize_bdf(m.group(1)) if m else _field_device(fields)
+        if "No done completion" in text and (cmd := _MLX5_NO_DONE_RE.search(text)) is not None:
+            self._mlx5_no_done, self._mlx5_ttl = (device, cmd.group(1)), CONTEXT_RECORDS + 1
+        elif (self._mlx5_no_done is not None and "leak" in text and (cmd := _MLX5_LEAK_RE.search(text)) is not None
+              and self._mlx5_no_done == (device, cmd.group(1))):
+            self._mlx5_no_done = None
+            return None  # the timeout its "No done completion" line counted
+        return _coded("mlx5", _MLX5_CODES, text, device)
 
     def _efa(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _EFA_DEV_RE.match(text)

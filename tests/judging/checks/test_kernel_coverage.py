@@ -78,3 +78,59 @@ def test_nvidia_lines_judged_as_the_catalogue_says(tmp_path):
     assert not {f for f in found if f[2] in ("0018:01:00.0", "0000:01:00.0", "0008:01:00.0") and f[1] != "info"}  # Nonfatal NVLink5 once
     # "GPU6 ... Heartbeat timed out" (no bus id) and the NVLink Rx-detect lines are counted only
     assert {f for f in found if f[0] == "gpu.driver_error"} == {("gpu.driver_error", "warning", "gpu2"), ("gpu.driver_error", "warning", "gpu3")}
+
+
+# mlx5 --------------------------------------------------------------------------------------
+
+def test_an_mlx5_command_with_no_completion_is_one_timeout(tmp_path):
+    """cmd.c: wait_func_handle_exec_timeout's "cmd[0]: DESTROY_RMP(0x90e) No done completion"
+    then wait_func's "DESTROY_RMP(0x90e) timeout. Will cause a leak ..." (netdev, 2022): one
+    command timeout; a "No done completion" alone (the kernel commit 485d65e13571's example)
+    is one too."""
+    log = read(tmp_path, lines_of("mlx5_more.txt", [23, 24, 25, 26, 27, 28]))
+    assert [e for e in events(log) if e[1].endswith("cmd_timeout")] == [("mlx5", "cmd_timeout", "400f:01:00.0")]
+    assert ("hca.firmware", "critical", "mlx5_3") in triples(judged(log))  # Fatal error 1, PCI slot is unavailable
+    alone = read(tmp_path, lines_of("mlx5_more.txt", [14]) * 3)
+    assert triples(judged(alone)) == {("hca.firmware", "warning", "mlx5_2")}  # three timeouts: the repeated rule
+
+
+def test_an_mlx5_command_recovered_after_timeout_is_not_a_timeout(tmp_path):
+    """cmd.c wait_func_handle_exec_timeout: "cmd[%d]: %s(0x%x) recovered after timeout" (the
+    completion was found on the command EQ; the line is made from the format string with
+    mlx5_core_warn's "%s:%d:(pid %d): " prefix): counted, never a timeout."""
+    recovered = "mlx5_core 0000:06:00.0: wait_func_handle_exec_timeout:1113:(pid 3122): cmd[0]: CREATE_CQ(0x400) recovered after timeout"
+    log = read(tmp_path, [recovered] * 3)
+    assert events(log) == [("mlx5", "cmd_recovered", "0000:06:00.0")] * 3
+    assert judged(log) == []
+
+
+def test_mlx5e_tx_timeout_detected_is_a_tx_timeout_of_its_hca(tmp_path):
+    """en_main.c mlx5e_tx_timeout: netdev_err "TX timeout detected" (the kernel commit
+    918fc3855a65's example); its "TX timeout on queue: ..." line is a detail."""
+    log = read(tmp_path, lines_of("mlx5_more.txt", [29, 30]))
+    assert events(log)[0] == ("mlx5", "tx_timeout", "0000:08:00.1")
+    three = read(tmp_path, lines_of("mlx5_more.txt", [29, 30]) * 3)
+    assert triples(judged(three)) == {("hca.firmware", "warning", "mlx5_4")}
+
+
+def test_an_older_kernels_health_syndrome_line_is_a_syndrome(tmp_path):
+    """Older health.c printed "synd 0x%x: %s" with dev_err, without print_health_info's
+    prefix (charmplusplus/charm#2635)."""
+    log = read(tmp_path, lines_of("mlx5_more.txt", [9, 10, 11, 12, 13]))
+    assert ("mlx5", "fw_syndrome", "0000:5e:00.0") in events(log)
+    found = judged(log)
+    assert triples(found) == {("hca.firmware", "critical", "mlx5_1")}
+    assert "health syndrome" in found[0].message
+
+
+def test_mlx5_lines_judged_as_the_catalogue_says(tmp_path):
+    log = read(tmp_path, lines_of("mlx5_more.txt"))
+    got = events(log)
+    assert [e for e in got if e[1] == "cmd_timeout"] == [("mlx5", "cmd_timeout", "0000:06:00.0"), ("mlx5", "cmd_timeout", "400f:01:00.0")]
+    assert {("mlx5", "fw_syndrome", "0000:5e:00.0"), ("mlx5", "tx_timeout", "0000:08:00.1")} <= set(got)
+    found = triples(judged(log))
+    assert ("hca.firmware", "critical", "mlx5_0") in found  # health compromised, firmware internal error
+    assert ("hca.firmware", "critical", "0000:0d:00.2") in found  # another function of it (no HCA of that bus here)
+    assert ("hca.firmware", "critical", "0000:00:00.1") in found  # health recovery flow aborted
+    assert ("hca.firmware", "warning", "mlx5_5") in found  # mlx5_load_one failed / probe of ... failed
+    assert not {f for f in found if f[2] == "0000:ab:00.0"}  # "Port: 1 Link INIT/ACTIVE"
