@@ -50,12 +50,17 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
   message, printed once for every device that logged it (the port and the endpoint), so
   they give nothing. One with no header before it (firmware-first APEI/GHES platforms, a
   log that dropped the header's KERN_INFO line) is an error of the device that printed it.
+  Firmware-first platforms may print a CPER record instead (``{1}[Hardware Error]:  Error
+  0, type: recoverable``, ``section_type: PCIe error``, ``device_id: 0000:5e:00.0``): one
+  error of the device it names, of the section's severity.
 - PCIe error recovery (dpc.c, err.c, pciehp_ctrl.c, pci.c): DPC containment in both
   wordings (``containment event, status:%#06x source:%#06x``; since 6.17 ``..., ERR_FATAL
   received from <bdf>``), named after its source (the port when none; the port's Bus
   Error lines after it are its details), "AER: device recovery failed", "AER: subordinate
   device reset failed", ``pciehp: Slot(N): Link Down`` (not "Link Down/Up ignored") and
-  "Data Link Layer Link Active not set in N msec", each for the port that printed it.
+  "Data Link Layer Link Active not set in N msec", each for the port that printed it
+  (older kernels: "AER: Device recovery failed", "link reset at upstream device <bdf>
+  failed").
   "AER: device recovery successful" gives nothing.
 
 Lines from these drivers that match no known pattern but say something went wrong (an
@@ -213,7 +218,7 @@ _EFA_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
 )
 
 # Lines of the PCIe port services (drivers/pci/pcie) about a link's error recovery.
-_PCIE_RE = re.compile(r"AER|PCIe Bus Error|DPC|pciehp|Link Active not set")
+_PCIE_RE = re.compile(r"AER|PCIe Bus Error|DPC|pciehp|Link Active not set|link reset at upstream device")
 # aer.c aer_print_error: "PCIe Bus Error: severity=%s, type=%s, (%s)" (before 4.19 ", id=%04x(%s)")
 _BUS_ERROR_RE = re.compile(r"PCIe Bus Error: severity=(Corrected|Correctable|Uncorrected \(Non-Fatal\)|Uncorrectable \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Fatal\))")
 # dpc.c dpc_process_error: "containment event, status:%#06x source:%#06x" (until 6.16), and
@@ -221,13 +226,30 @@ _BUS_ERROR_RE = re.compile(r"PCIe Bus Error: severity=(Corrected|Correctable|Unc
 # "containment event, status:%#06x: <reason> detected"
 _DPC_RE = re.compile(r"DPC: containment event, status:0x[0-9a-fA-F]+(?: source:0x([0-9a-fA-F]{1,4})|, ERR_(?:NON)?FATAL received from (" + _LOOSE_BDF + r")|:)")
 # err.c pcie_do_recovery (dev_fmt "AER: "): "device recovery failed", "subordinate device
-# reset failed"; "device recovery successful" is not a fault
-_RECOVERY_FAILED_RE = re.compile(r"AER: device recovery failed")
-_RESET_FAILED_RE = re.compile(r"AER: subordinate device reset failed")
+# reset failed"; "device recovery successful" is not a fault. Older kernels printed the first
+# as pci_info(dev, "AER: Device recovery failed\n") and a failed reset from reset_link as
+# pci_printk(KERN_DEBUG, dev, "link reset at upstream device %s failed\n", ...), which
+# /dev/kmsg keeps whatever the console level
+_RECOVERY_FAILED_RE = re.compile(r"AER: [Dd]evice recovery failed")
+_RESET_FAILED_RE = re.compile(r"AER: subordinate device reset failed|link reset at upstream device \S+ failed")
 # pciehp_ctrl.c: "Slot(%s): Link Down" ("Link Down/Up ignored" when DPC recovered the link)
 _LINK_DOWN_RE = re.compile(r"pciehp: Slot\([^)]*\): Link Down(?!/)")
 # pci.c pcie_wait_for_link_delay: "Data Link Layer Link Active not set in %d msec"
 _DLL_INACTIVE_RE = re.compile(r"Data Link Layer Link Active not set in \d+ msec")
+
+# Firmware-first platforms (APEI GHES) report a PCIe error as a CPER record the kernel prints
+# line by line (drivers/firmware/efi/cper.c): cper_estatus_print_section's "%sError %d, type:
+# %s" (the section's severity, cper_severity_str: recoverable, fatal, corrected, info) and
+# "%ssection_type: %s" ("PCIe error"), then cper_print_pcie's "%sdevice_id:
+# %04x:%02x:%02x.%x" among the section's fields, each line after the "{N}[Hardware Error]: "
+# prefix. No "PCIe Bus Error: severity=" line follows: pci_print_aer (aer.c, cper_print_aer
+# before 5.x) prints only "aer_status: ...", the error names and "aer_layer=...". The
+# section's severity is the AER one ghes_handle_aer takes (cper_severity_to_aer: recoverable
+# is non-fatal, fatal fatal, the rest correctable).
+_CPER_SECTION_RE = re.compile(r"\[Hardware Error\]:\s+Error \d+, type: (recoverable|fatal|corrected|info)\b")
+_CPER_PCIE_RE = re.compile(r"\[Hardware Error\]:\s+section_type: PCIe error")
+_CPER_DEVICE_RE = re.compile(r"\[Hardware Error\]:\s+device_id: ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$")
+_CPER_AER_CODES = {"recoverable": "nonfatal", "fatal": "fatal", "corrected": "corrected", "info": "corrected"}
 
 _AER_RECEIVED_RE = re.compile(
     r"AER: (?:Multiple )?"
@@ -238,7 +260,7 @@ _AER_RECEIVED_RE = re.compile(
 _DEV_PREFIX_RE = re.compile(r"^\s*\S+ ([0-9a-fA-F]{4,8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 
 # Every driver name or wording ``feed`` looks for, as bytes: what ``wants`` lets through.
-_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|mlx5|efa [0-9a-fA-F]{4}")
+_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|link reset at upstream|\[Hardware Error\]|mlx5|efa [0-9a-fA-F]{4}")
 
 _ERRORISH_RE = re.compile(
     r"\b(?:error|errors|fail|failed|failure|fatal|timeout|timed out|invalid|unable|lost|"
@@ -313,6 +335,8 @@ class Extractor:
         self._xid79: str | None = None
         self._xid79_ttl = 0
         self._aer_ttl = 0  # records a root port's "error received" header covers
+        self._cper_severity: str | None = None  # the severity of the CPER section being printed
+        self._cper_ttl = 0  # records its "device_id" line may still come in
         self._mlx5_no_done: tuple[str | None, str] | None = None  # (function, command) of the last "No done completion"
         self._mlx5_ttl = 0
 
@@ -332,6 +356,8 @@ class Extractor:
                 self._xid79 = None
         if self._aer_ttl > 0:
             self._aer_ttl -= 1
+        if self._cper_ttl > 0:
+            self._cper_ttl -= 1
         if self._mlx5_ttl > 0:
             self._mlx5_ttl -= 1
             if self._mlx5_ttl == 0:
@@ -343,6 +369,8 @@ class Extractor:
             return self._nvswitch(text, fields)
         if "mem" in text and _PEERMEM_RE.match(text):
             return self._peermem(text, fields)
+        if "[Hardware Error]" in text:
+            return self._cper(text)
         efa = "efa " in text and _EFA_RE.match(text) is not None
         if _PCIE_RE.search(text):
             found = self._pcie(text, fields)
@@ -443,6 +471,20 @@ class Extractor:
     def _efa(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _EFA_DEV_RE.match(text)
         return _coded("efa", _EFA_CODES, text, normalize_bdf(m.group(1)) if m else _field_device(fields))
+
+    def _cper(self, text: str) -> Extracted | None:
+        """A firmware-first PCIe error: its CPER section's severity, then (a few records
+        later, other lines between) the device it names: one AER event for that device."""
+        section = _CPER_SECTION_RE.search(text)
+        if section is not None:
+            self._cper_severity, self._cper_ttl = section.group(1), 0
+        elif self._cper_severity is not None and _CPER_PCIE_RE.search(text):
+            self._cper_ttl = CONTEXT_RECORDS + 1
+        elif self._cper_ttl > 0 and self._cper_severity is not None and (dev := _CPER_DEVICE_RE.search(text)) is not None:
+            code = _CPER_AER_CODES[self._cper_severity]
+            self._cper_severity, self._cper_ttl = None, 0
+            return Extracted("aer", code, normalize_bdf(dev.group(1)), _detail(text))
+        return None
 
     def _pcie(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         """AER errors (counted once: from the root port's header, or from the device's own

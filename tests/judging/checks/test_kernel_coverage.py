@@ -134,3 +134,47 @@ def test_mlx5_lines_judged_as_the_catalogue_says(tmp_path):
     assert ("hca.firmware", "critical", "0000:00:00.1") in found  # health recovery flow aborted
     assert ("hca.firmware", "warning", "mlx5_5") in found  # mlx5_load_one failed / probe of ... failed
     assert not {f for f in found if f[2] == "0000:ab:00.0"}  # "Port: 1 Link INIT/ACTIVE"
+
+
+# PCIe --------------------------------------------------------------------------------------
+
+def test_older_kernels_failed_recovery_wording(tmp_path):
+    """Before the "AER: " dev_fmt, err.c printed "AER: Device recovery failed" and
+    reset_link's "link reset at upstream device %s failed" (KERN_DEBUG, kept in /dev/kmsg):
+    a hot-plug loop on a 5.x kernel (linux-pci, 2022)."""
+    found = triples(judged(read(tmp_path, lines_of("pcie_more.txt", list(range(10, 25))))))
+    assert ("pcie.recovery.failed", "critical", "0000:89:02.0") in found
+    assert {("pcie.dpc.contained", "warning", "0000:89:02.0"), ("pcie.hotplug.link_down", "warning", "0000:89:02.0"),
+            ("pcie.link.inactive", "warning", "0000:89:02.0"), ("pcie.aer.correctable", "info", "0000:89:02.0")} <= found
+    assert not {f for f in found if f[0] == "pcie.aer.fatal"}  # the fatal Bus Error after the DPC line is its detail
+
+
+def test_a_firmware_first_pcie_error_is_counted_for_the_device_it_names(tmp_path):
+    """APEI GHES: the CPER record's "Error 0, type: recoverable", "section_type: PCIe error"
+    and "device_id: 0000:5e:00.0" (ovro-lwa/lwa-issues#117; an mce line among them): one
+    non-fatal AER error of that device (ghes_handle_aer, cper_severity_to_aer)."""
+    block = lines_of("pcie_more.txt", list(range(42, 54)))
+    log = read(tmp_path, block)
+    assert events(log) == [("aer", "nonfatal", "0000:5e:00.0")]  # not the "vendor_id: ..., device_id: 0xa808" line
+    assert judged(log) == []  # one non-fatal error: the repeated rule's (3)
+    assert triples(judged(read(tmp_path, block * 3))) == {("pcie.aer.nonfatal", "warning", "0000:5e:00.0")}
+
+
+def test_pcie_lines_judged_as_the_catalogue_says(tmp_path):
+    log = read(tmp_path, lines_of("pcie_more.txt"))
+    assert ("aer", "nonfatal", "0000:5e:00.0") in events(log)  # firmware-first
+    found = triples(judged(log))
+    assert ("pcie.recovery.failed", "critical", "0000:89:02.0") in found
+    assert ("pcie.aer.fatal", "critical", "0000:00:02.0") in found  # "Uncorrected (Fatal) error received: id=0010"
+    assert ("gpu.xid", "critical", "gpu4") in found  # the GPU below it fell off the bus
+    assert ("pcie.aer.correctable", "info", "0000:00:00.0") in found  # 6.x "Correctable error message received from"
+
+
+def test_new_benign_lines_stay_quiet(tmp_path):
+    """Module loads, GPU headers, link up, "Card not present", CPER headers, an SXid's own
+    record lines, and mlx5 commands recovered after a timeout (three: once a warning) give
+    no warning or critical."""
+    recovered = "mlx5_core 0000:06:00.0: wait_func_handle_exec_timeout:1113:(pid 3122): cmd[0]: CREATE_CQ(0x400) recovered after timeout"
+    benign = [*lines_of("nvidia_more.txt", [1, 2, 5, 8, 12, 33, 40, 41, 42]), *lines_of("mlx5_more.txt", [4, 17, 21, 22, 23]),
+              *lines_of("pcie_more.txt", [15, 21, 42, 43, 51, 52, 53]), recovered, recovered, recovered]
+    assert {f.severity for f in judged(read(tmp_path, benign))} <= {"info"}
