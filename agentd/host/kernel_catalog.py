@@ -20,17 +20,22 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
   an NVLink5 Xid, the recovery action an Xid 154 names (``GPU recovery action changed from
   0x%x (%s) to 0x%x (%s)``, gpu.c). RM assertions carry a status: ``[NV_ERR_GPU_IS_LOST]``
   is a GPU off the bus, ``[NV_ERR_RESET_REQUIRED]`` a GPU that needs a reset (nvassert.c,
-  nvstatuscodes.h).
+  nvstatuscodes.h). A GPU the driver could not bring up: "The NVIDIA probe routine failed",
+  ``NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)`` and its
+  ``rm_init_adapter failed`` line.
 - nvidia-nvswitch: ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...`` (its
-  "Fatal" / "Non-fatal" kept). The driver repeats an SXid as ``..., Data {0x.., 0x..}``:
-  that line is not counted again.
+  "Fatal" / "Non-fatal" kept). The driver follows a hardware SXid with ``..., Severity 1
+  Engine instance 62 Sub-engine instance 00`` and ``..., Data {0x.., 0x..}``: those lines
+  are not counted again.
 - nvidia-peermem: ``nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context``;
   the module loader's ``nvidia_peermem: Unknown symbol ...`` and MLNX_OFED's legacy
   ``nv_peer_mem: disagrees about version of symbol ...`` (load failures).
 - mlx5_core: ``mlx5_core 0000:5a:00.0: <func>:<line>:(pid N): <text>`` (device from the
   prefix, or from the driver core's ``mlx5_core: probe of <bdf> failed``, else from the
   record's ``DEVICE=+pci:...``): page-management and QP-reset command timeouts, "health
-  recovery flow aborted", "PCI slot [N] is unavailable", a failed probe, ...
+  recovery flow aborted", "PCI slot [N] is unavailable", a failed probe, a command with "No
+  done completion" (its "timeout. Will cause a leak" line after it is the same timeout; one
+  "recovered after timeout" is none), mlx5e's "TX timeout detected", ...
 - efa (AWS EFA, drivers/infiniband/hw/efa): admin-queue command failures, as ibdev_err
   prints them, ``efa 0000:00:06.0 rdmap0s6: <text>`` (``__ibdev_printk``,
   drivers/infiniband/core/device.c: the PCI driver, the function, then the RDMA device;
@@ -45,12 +50,17 @@ tests/fixtures/kmsg and tests/fixtures/SOURCES.md):
   message, printed once for every device that logged it (the port and the endpoint), so
   they give nothing. One with no header before it (firmware-first APEI/GHES platforms, a
   log that dropped the header's KERN_INFO line) is an error of the device that printed it.
+  Firmware-first platforms may print a CPER record instead (``{1}[Hardware Error]:  Error
+  0, type: recoverable``, ``section_type: PCIe error``, ``device_id: 0000:5e:00.0``): one
+  error of the device it names, of the section's severity.
 - PCIe error recovery (dpc.c, err.c, pciehp_ctrl.c, pci.c): DPC containment in both
   wordings (``containment event, status:%#06x source:%#06x``; since 6.17 ``..., ERR_FATAL
   received from <bdf>``), named after its source (the port when none; the port's Bus
   Error lines after it are its details), "AER: device recovery failed", "AER: subordinate
   device reset failed", ``pciehp: Slot(N): Link Down`` (not "Link Down/Up ignored") and
-  "Data Link Layer Link Active not set in N msec", each for the port that printed it.
+  "Data Link Layer Link Active not set in N msec", each for the port that printed it
+  (older kernels: "AER: Device recovery failed", "link reset at upstream device <bdf>
+  failed").
   "AER: device recovery successful" gives nothing.
 
 Lines from these drivers that match no known pattern but say something went wrong (an
@@ -106,9 +116,18 @@ _THE_GPU_RE = re.compile(rf"NVRM: The NVIDIA GPU ({_LOOSE_BDF})\b")
 _NVRM_GPU_BDF_RE = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?({_LOOSE_BDF})\b")
 _ANY_PCI_RE = re.compile(rf"PCI:({_LOOSE_BDF})\b")
 _OFF_BUS_RE = re.compile(r"fallen off the bus", re.IGNORECASE)
-_PROBE_FAILED_RE = re.compile(r"NVRM: The NVIDIA probe routine failed")
+# The driver could not bring a GPU up: nv.c's "The NVIDIA probe routine failed for %d
+# device(s)", and the RM's initialisation failures, "NVRM: GPU 0000:0a:00.0: RmInitAdapter
+# failed! (0x24:0x72:1568)" (osinit.c RmInitAdapter) with "... rm_init_adapter failed, device
+# minor number 5" (nv.c; older drivers "rm_init_adapter failed for device bearing minor
+# number 0" or "rm_init_adapter(0) failed") after it
+_PROBE_FAILED_RE = re.compile(r"NVRM: The NVIDIA probe routine failed|RmInitAdapter failed!|rm_init_adapter(?:\(\d+\))? failed")
 
-_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(?:, (Fatal|Non-fatal|Nonfatal|Data)\b)?")
+# The driver prints a hardware SXid's record after its message as two more SXid lines,
+# "Severity %d Engine instance %02d Sub-engine instance %02d" and "Data {0x%08x, ...}"
+# (open-gpu-kernel-modules src/common/nvswitch/kernel/nvswitch.c, _nvswitch_dump_error_entry):
+# details of the SXid already counted, not more of it.
+_SXID_RE = re.compile(r"nvidia-nvswitch\d*: SXid \(([^)]{0,64})\): (\d{1,6})\b(?:, (Fatal|Non-fatal|Nonfatal|Data|Severity \d+ Engine instance)\b)?")
 _NVSWITCH_RE = re.compile(r"^\s*nvidia-nvswitch\d*:")
 
 # nvidia-peermem's own lines ("nvidia-peermem nv_get_p2p_free_callback:127 ERROR ..."), the
@@ -131,7 +150,9 @@ _PROBE_OF_RE = re.compile(r"\bprobe of ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA
 _MLX5_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     # the function is unusable: its page management or QP reset commands get no answer
     # (wait_func's "<CMD>(0x...) timeout. Will cause a leak of a command resource")
-    ("fatal_cmd_timeout", ("timeout",), re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) timeout")),
+    # (cmd.c wait_func_handle_exec_timeout first says "cmd[%d]: %s(0x%x) No done completion",
+    # then wait_func the "timeout. Will cause a leak" line: one timeout, see Extractor._mlx5)
+    ("fatal_cmd_timeout", ("timeout", "no done completion"), re.compile(r"\b(?:MANAGE_PAGES|QUERY_PAGES|2RST_QP)\(0x[0-9a-fA-F]+\) (?:timeout|No done completion)")),
     # health.c: "health recovery flow aborted, PCI reads still not working" (and "..., PCI channel offline")
     ("recovery_aborted", ("recovery flow aborted",), re.compile(r"health recovery flow aborted")),
     # health.c print_health_info: the health buffer reads all ones (the device left the bus)
@@ -141,16 +162,30 @@ _MLX5_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
     ("health_compromised", ("health compromised",), re.compile(r"health compromised", re.IGNORECASE)),
     ("unrecoverable", ("unrecoverable",), re.compile(r"unrecoverable", re.IGNORECASE)),
     ("fatal_error", ("fatal error",), re.compile(r"Fatal error (?:\d+ )?detected")),
-    ("fw_syndrome", ("health",), re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)")),
-    ("cmd_timeout", ("leak of a command resource", "wait_func"), re.compile(r"leak of a command resource|wait_func\w*:.*\btimeout\b")),
+    # health.c print_health_info; older kernels printed its lines with dev_err, without the
+    # "print_health_info:<line>:(pid 0): " prefix ("mlx5_core 0000:5e:00.0: synd 0x7: irisc not responding")
+    ("fw_syndrome", ("health", "synd 0x"), re.compile(r"Health issue observed|print_health_info:.*(?:synd 0x|assert_var)|^\s*mlx5_core \S+: synd 0x[0-9a-fA-F]+: ")),
+    # cmd.c wait_func_handle_exec_timeout: "cmd[%d]: %s(0x%x) recovered after timeout" (the
+    # completion was found by polling the command EQ: the command completed) is not a timeout
+    ("cmd_recovered", ("recovered after timeout",), re.compile(r"\(0x[0-9a-fA-F]+\) recovered after timeout")),
+    ("cmd_timeout", ("leak of a command resource", "no done completion"), re.compile(r"leak of a command resource|\(0x[0-9a-fA-F]+\) No done completion")),
     ("slot_power", ("insufficient power",), re.compile(r"insufficient power on the PCIe slot")),
     ("module_temp", ("port module event",), re.compile(r"Port module event.*High Temperature", re.IGNORECASE)),
     ("cable", ("port module event",), re.compile(r"Port module event.*Cable error|Port module event\[error\]")),
     ("module_unplugged", ("port module event",), re.compile(r"Port module event.*Cable unplugged")),
     ("high_temp", ("high temperature on sensors",), re.compile(r"High temperature on sensors")),
-    ("tx_timeout", ("timed out",), re.compile(r"transmit queue \d* ?timed out")),
+    # the stack's "NETDEV WATCHDOG: eth0 (mlx5_core): transmit queue 3 timed out" and mlx5e's
+    # own (en_main.c mlx5e_tx_timeout: netdev_err "TX timeout detected"); its per-queue "TX
+    # timeout on queue: %d, SQ: ..." lines after it are details (counted as "other")
+    ("tx_timeout", ("timed out", "tx timeout detected"), re.compile(r"transmit queue \d* ?timed out|: TX timeout detected")),
     ("cmd_failed", ("mlx5_cmd_out_err",), re.compile(r"mlx5_cmd_out_err:.*\bfailed\b")),
 )
+
+# One mlx5 command timeout in two lines (cmd.c): wait_func_handle_exec_timeout's "cmd[0]:
+# DESTROY_RMP(0x90e) No done completion", then wait_func's "DESTROY_RMP(0x90e) timeout. Will
+# cause a leak of a command resource" for the same command: the second is not counted again.
+_MLX5_NO_DONE_RE = re.compile(r"\b(\w+\(0x[0-9a-fA-F]+\)) No done completion")
+_MLX5_LEAK_RE = re.compile(r"\b(\w+\(0x[0-9a-fA-F]+\)) timeout\. Will cause a leak")
 
 # AWS EFA (drivers/infiniband/hw/efa). Its admin-queue lines are ibdev_err_ratelimited, which
 # __ibdev_printk (drivers/infiniband/core/device.c) prints as "%s %s %s: " of the PCI driver
@@ -183,7 +218,7 @@ _EFA_CODES: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = (
 )
 
 # Lines of the PCIe port services (drivers/pci/pcie) about a link's error recovery.
-_PCIE_RE = re.compile(r"AER|PCIe Bus Error|DPC|pciehp|Link Active not set")
+_PCIE_RE = re.compile(r"AER|PCIe Bus Error|DPC|pciehp|Link Active not set|link reset at upstream device")
 # aer.c aer_print_error: "PCIe Bus Error: severity=%s, type=%s, (%s)" (before 4.19 ", id=%04x(%s)")
 _BUS_ERROR_RE = re.compile(r"PCIe Bus Error: severity=(Corrected|Correctable|Uncorrected \(Non-Fatal\)|Uncorrectable \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Fatal\))")
 # dpc.c dpc_process_error: "containment event, status:%#06x source:%#06x" (until 6.16), and
@@ -191,13 +226,30 @@ _BUS_ERROR_RE = re.compile(r"PCIe Bus Error: severity=(Corrected|Correctable|Unc
 # "containment event, status:%#06x: <reason> detected"
 _DPC_RE = re.compile(r"DPC: containment event, status:0x[0-9a-fA-F]+(?: source:0x([0-9a-fA-F]{1,4})|, ERR_(?:NON)?FATAL received from (" + _LOOSE_BDF + r")|:)")
 # err.c pcie_do_recovery (dev_fmt "AER: "): "device recovery failed", "subordinate device
-# reset failed"; "device recovery successful" is not a fault
-_RECOVERY_FAILED_RE = re.compile(r"AER: device recovery failed")
-_RESET_FAILED_RE = re.compile(r"AER: subordinate device reset failed")
+# reset failed"; "device recovery successful" is not a fault. Older kernels printed the first
+# as pci_info(dev, "AER: Device recovery failed\n") and a failed reset from reset_link as
+# pci_printk(KERN_DEBUG, dev, "link reset at upstream device %s failed\n", ...), which
+# /dev/kmsg keeps whatever the console level
+_RECOVERY_FAILED_RE = re.compile(r"AER: [Dd]evice recovery failed")
+_RESET_FAILED_RE = re.compile(r"AER: subordinate device reset failed|link reset at upstream device \S+ failed")
 # pciehp_ctrl.c: "Slot(%s): Link Down" ("Link Down/Up ignored" when DPC recovered the link)
 _LINK_DOWN_RE = re.compile(r"pciehp: Slot\([^)]*\): Link Down(?!/)")
 # pci.c pcie_wait_for_link_delay: "Data Link Layer Link Active not set in %d msec"
 _DLL_INACTIVE_RE = re.compile(r"Data Link Layer Link Active not set in \d+ msec")
+
+# Firmware-first platforms (APEI GHES) report a PCIe error as a CPER record the kernel prints
+# line by line (drivers/firmware/efi/cper.c): cper_estatus_print_section's "%sError %d, type:
+# %s" (the section's severity, cper_severity_str: recoverable, fatal, corrected, info) and
+# "%ssection_type: %s" ("PCIe error"), then cper_print_pcie's "%sdevice_id:
+# %04x:%02x:%02x.%x" among the section's fields, each line after the "{N}[Hardware Error]: "
+# prefix. No "PCIe Bus Error: severity=" line follows: pci_print_aer (aer.c, cper_print_aer
+# before 5.x) prints only "aer_status: ...", the error names and "aer_layer=...". The
+# section's severity is the AER one ghes_handle_aer takes (cper_severity_to_aer: recoverable
+# is non-fatal, fatal fatal, the rest correctable).
+_CPER_SECTION_RE = re.compile(r"\[Hardware Error\]:\s+Error \d+, type: (recoverable|fatal|corrected|info)\b")
+_CPER_PCIE_RE = re.compile(r"\[Hardware Error\]:\s+section_type: PCIe error")
+_CPER_DEVICE_RE = re.compile(r"\[Hardware Error\]:\s+device_id: ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s*$")
+_CPER_AER_CODES = {"recoverable": "nonfatal", "fatal": "fatal", "corrected": "corrected", "info": "corrected"}
 
 _AER_RECEIVED_RE = re.compile(
     r"AER: (?:Multiple )?"
@@ -208,7 +260,7 @@ _AER_RECEIVED_RE = re.compile(
 _DEV_PREFIX_RE = re.compile(r"^\s*\S+ ([0-9a-fA-F]{4,8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
 
 # Every driver name or wording ``feed`` looks for, as bytes: what ``wants`` lets through.
-_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|mlx5|efa [0-9a-fA-F]{4}")
+_WANTED_RE = re.compile(rb"NVRM|nvswitch|peer_?mem|nv_mem |AER|PCIe Bus Error|DPC|pciehp|Link Active not set|link reset at upstream|\[Hardware Error\]|mlx5|efa [0-9a-fA-F]{4}")
 
 _ERRORISH_RE = re.compile(
     r"\b(?:error|errors|fail|failed|failure|fatal|timeout|timed out|invalid|unable|lost|"
@@ -283,6 +335,10 @@ class Extractor:
         self._xid79: str | None = None
         self._xid79_ttl = 0
         self._aer_ttl = 0  # records a root port's "error received" header covers
+        self._cper_severity: str | None = None  # the severity of the CPER section being printed
+        self._cper_ttl = 0  # records its "device_id" line may still come in
+        self._mlx5_no_done: tuple[str | None, str] | None = None  # (function, command) of the last "No done completion"
+        self._mlx5_ttl = 0
 
     def wants(self, record: bytes) -> bool:
         """Whether a raw record can hold a line this catalogue recognises (a cheap look at
@@ -300,6 +356,12 @@ class Extractor:
                 self._xid79 = None
         if self._aer_ttl > 0:
             self._aer_ttl -= 1
+        if self._cper_ttl > 0:
+            self._cper_ttl -= 1
+        if self._mlx5_ttl > 0:
+            self._mlx5_ttl -= 1
+            if self._mlx5_ttl == 0:
+                self._mlx5_no_done = None
         text = message[:MAX_MATCH_CHARS]
         if "NVRM" in text and _NVRM_RE.match(text):
             return self._nvrm(text, fields)
@@ -307,6 +369,8 @@ class Extractor:
             return self._nvswitch(text, fields)
         if "mem" in text and _PEERMEM_RE.match(text):
             return self._peermem(text, fields)
+        if "[Hardware Error]" in text:
+            return self._cper(text)
         efa = "efa " in text and _EFA_RE.match(text) is not None
         if _PCIE_RE.search(text):
             found = self._pcie(text, fields)
@@ -376,8 +440,8 @@ class Extractor:
         m = _SXID_RE.search(text)
         if m is not None:
             word = m.group(3)
-            if word == "Data":
-                return None  # the register dump of an SXid already counted
+            if word is not None and word.startswith(("Data", "Severity")):
+                return None  # the record dump of an SXid already counted
             device = _bdf(m.group(1)) or _field_device(fields)
             return Extracted("sxid", str(int(m.group(2))), device, _detail(text), fatal=None if word is None else word == "Fatal")
         if _ERRORISH_RE.search(text):
@@ -395,11 +459,32 @@ class Extractor:
 
     def _mlx5(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _MLX5_DEV_RE.match(text) or _PROBE_OF_RE.search(text)
-        return _coded("mlx5", _MLX5_CODES, text, normalize_bdf(m.group(1)) if m else _field_device(fields))
+        device = normalize_bdf(m.group(1)) if m else _field_device(fields)
+        if "No done completion" in text and (cmd := _MLX5_NO_DONE_RE.search(text)) is not None:
+            self._mlx5_no_done, self._mlx5_ttl = (device, cmd.group(1)), CONTEXT_RECORDS + 1
+        elif (self._mlx5_no_done is not None and "leak" in text and (cmd := _MLX5_LEAK_RE.search(text)) is not None
+              and self._mlx5_no_done == (device, cmd.group(1))):
+            self._mlx5_no_done = None
+            return None  # the timeout its "No done completion" line counted
+        return _coded("mlx5", _MLX5_CODES, text, device)
 
     def _efa(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         m = _EFA_DEV_RE.match(text)
         return _coded("efa", _EFA_CODES, text, normalize_bdf(m.group(1)) if m else _field_device(fields))
+
+    def _cper(self, text: str) -> Extracted | None:
+        """A firmware-first PCIe error: its CPER section's severity, then (a few records
+        later, other lines between) the device it names: one AER event for that device."""
+        section = _CPER_SECTION_RE.search(text)
+        if section is not None:
+            self._cper_severity, self._cper_ttl = section.group(1), 0
+        elif self._cper_severity is not None and _CPER_PCIE_RE.search(text):
+            self._cper_ttl = CONTEXT_RECORDS + 1
+        elif self._cper_ttl > 0 and self._cper_severity is not None and (dev := _CPER_DEVICE_RE.search(text)) is not None:
+            code = _CPER_AER_CODES[self._cper_severity]
+            self._cper_severity, self._cper_ttl = None, 0
+            return Extracted("aer", code, normalize_bdf(dev.group(1)), _detail(text))
+        return None
 
     def _pcie(self, text: str, fields: Mapping[str, str] | None) -> Extracted | None:
         """AER errors (counted once: from the root port's header, or from the device's own

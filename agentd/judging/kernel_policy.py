@@ -53,7 +53,8 @@ mlx5 (ConnectX firmware/driver, following NVIDIA NVSentinel's NIC syslog detecti
 docs.nvidia.com/nvsentinel/components/nic-health-monitor/syslog-detection-and-correlation):
 health compromised / unrecoverable / fatal error critical once; page-management and
 QP-reset command timeouts (NVSentinel: the function is unusable), health recovery aborted,
-PCI slot unavailable critical once; other firmware command timeouts warning repeated (3);
+PCI slot unavailable critical once; other firmware command timeouts warning repeated (3), a
+command "recovered after timeout" (its completion was found: cmd.c) counts only;
 a failed probe, slot power, module temperature, cable errors warning once; the rest count.
 
 efa (AWS EFA's admin queue, drivers/infiniband/hw/efa/efa_com.c), measured against mlx5's:
@@ -73,7 +74,8 @@ storm is not. PCIe recovery: a failed recovery or subordinate reset critical onc
 containment, a hotplug link down, a link that did not come back warning once.
 
 gpu_off_bus (and NV_ERR_GPU_IS_LOST) critical once until reboot; NV_ERR_RESET_REQUIRED
-critical once until reset; peermem invalid context warning repeated (3), a load failure
+critical once until reset; a GPU the driver could not initialise (the probe routine, or
+RmInitAdapter, failed) warning once; peermem invalid context warning repeated (3), a load failure
 (unknown symbols) warning once.
 """
 
