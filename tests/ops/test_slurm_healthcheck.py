@@ -47,6 +47,8 @@ printf '%s\\n%s' "$FAKE_CURL_BODY" "$FAKE_CURL_CODE"
 """
 FAKE_AGENTD = """#!/bin/sh
 printf '%s\\n' "$*" >> "$FAKE_LOG/agentd"
+# agentd takes every AGENTD_* variable as configuration and refuses one it does not know
+if env | grep -q '^AGENTD_'; then env | grep '^AGENTD_' >> "$FAKE_LOG/agentd_env"; exit 3; fi
 printf '%s' "${FAKE_CHECK_BODY:-}"
 exit "${FAKE_CHECK_RC:-3}"
 """
@@ -205,6 +207,16 @@ def test_daemon_down_falls_back_to_agentd_check(run) -> None:
     assert r.agentd_calls == ["check --format text"]
     assert r.rc == 2
     assert r.updates == [["update", "NodeName=gpu01", "State=DRAIN", "Reason=agentd: inventory.gpu.missing gpu7: 7 of 8 GPUs"]]
+
+
+def test_the_scripts_own_settings_never_reach_agentd_check(run, tmp_path: Path) -> None:
+    """AGENTD_URL, AGENTD_BIN, AGENTD_NODENAME, AGENTD_REASON_MAX and AGENTD_SLURM_CONF are
+    the script's (its header); agentd would read them as config keys and refuse them."""
+    r = run(curl_rc=7, check_body="ok\n", check_rc=0, show=DRAINED_BY_AGENTD, AGENTD_URL="http://127.0.0.1:9",
+            AGENTD_BIN="agentd", AGENTD_REASON_MAX="100")
+    assert not (tmp_path / "log" / "agentd_env").exists()
+    assert r.agentd_calls == ["check --format text"]
+    assert r.rc == 0 and r.updates == [["update", "NodeName=gpu01", "State=RESUME"]]
 
 
 def test_stale_daemon_data_falls_back_to_agentd_check(run) -> None:
