@@ -55,6 +55,7 @@ from agentd.base.jsontypes import JsonObject, JsonValue
 from agentd.host.fs import BOOT_ID, HostRoot, ReadContext, read_tail
 from agentd.host.kernel_catalog import Extracted, Extractor
 from agentd.host.kmsg import KMSG_MAX_BYTES, KMSG_READ_BYTES, iter_raw, parse_body, parse_head, whole_tail
+from agentd.host.system import boot_time
 from agentd.model import KernelCount, KernelEvent, KernelLog
 
 KMSG_REL = "dev/kmsg"
@@ -315,7 +316,7 @@ class KernelLogSource:
         else:
             recs = iter_raw(data[start:])
         first = self._anchor is None and self.records == 0
-        uptime = _uptime(ctx) if first else None
+        uptime = _uptime(ctx, now) if first else None
         behind = False
         for n, rec in enumerate(recs):
             if n % CLOCK_EVERY == CLOCK_EVERY - 1 and time.perf_counter() > deadline:
@@ -423,7 +424,17 @@ def live_path(host: HostRoot) -> str:
     return "/dev/kmsg"
 
 
-def _uptime(ctx: ReadContext) -> float | None:
+def _uptime(ctx: ReadContext, now: float) -> float | None:
+    """How long the root's node has been up, to date a recorded log's records by. A
+    simulated node's clock runs: its uptime is ``now`` minus its boot time (``proc/stat``
+    btime), not the ``proc/uptime`` written when its tree was built, which stays as it was
+    (every record injected since would read as just logged, on every ``agentd check``,
+    and a held event would never age). A capture is the node as it was: its recorded
+    uptime."""
+    if ctx.host.is_simulated:
+        booted_at, _ = boot_time(ctx)
+        if booted_at is not None:
+            return max(0.0, now - booted_at)
     text = ctx.text("proc/uptime")
     try:
         return float(text.split()[0]) if text else None

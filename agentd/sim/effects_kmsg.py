@@ -24,9 +24,10 @@ Sources:
 from __future__ import annotations
 
 import re
+import time
 
 from agentd.base.atomic import read_regular
-from agentd.sim.boot import PROC_UPTIME
+from agentd.sim.boot import PROC_STAT, PROC_UPTIME
 from agentd.sim.node import KMSG
 from agentd.sim.targets import Ctx, FaultValue, Restorable, Target
 
@@ -48,6 +49,7 @@ MLX5_CMD_TIMEOUT = "mlx5_core {bdf}: wait_func:964:(pid 112): ENABLE_HCA(0x104) 
 MLX5_ACCESS_REG_FAILED = ("mlx5_core {bdf}: mlx5_cmd_out_err:838:(pid {pid}): ACCESS_REG(0x805) op_mod(0x1) failed, "
                           "status bad operation(0x2), syndrome (0x305684), err(-22)")
 _SEQ_USEC = re.compile(rb"^\d+,(\d+),(\d+)", re.M)
+_BTIME = re.compile(rb"^btime (\d+)", re.M)
 PID = 2924364
 
 
@@ -60,18 +62,28 @@ def append(ctx: Ctx, messages: list[tuple[int, str]]) -> None:
         data = b""
     last = _SEQ_USEC.findall(data)
     seq, usec = (int(last[-1][0]), int(last[-1][1])) if last else (0, 10_000_000)
-    # Not before the tree's uptime (agentd.sim.boot): a reader dates a record by it, and a
-    # record older than the uptime would be dated before the fault was applied.
-    usec = max(usec, _uptime_usec(ctx))
+    # Stamped now on the simulated node's clock (the time since its boot, proc/stat btime):
+    # a reader dates a simulated node's records by that clock (agentd.host.kernel_log), so
+    # an event is dated when the fault was applied and ages from then.
+    usec = max(usec + 1_000_000, _uptime_usec(ctx))
     out = []
     for level, text in messages:
-        seq, usec = seq + 1, usec + 1_000_000
+        seq = seq + 1
         out.append(f"{level},{seq},{usec},-;{text}\n")
+        usec += 1_000_000
     with open(path, "a") as f:
         f.write("".join(out))
 
 
 def _uptime_usec(ctx: Ctx) -> int:
+    """Microseconds since the simulated node booted: now minus its ``btime``, else the
+    uptime its tree was built with."""
+    try:
+        m = _BTIME.search(read_regular(ctx.path(PROC_STAT), 1 << 20))
+        if m is not None:
+            return max(0, int((time.time() - int(m.group(1))) * 1_000_000))
+    except (OSError, ValueError, OverflowError):
+        pass
     try:
         return int(float(read_regular(ctx.path(PROC_UPTIME), 4096).split()[0]) * 1_000_000)
     except (OSError, ValueError, IndexError, OverflowError):

@@ -68,6 +68,27 @@ def test_with_the_demo_config_a_cleared_xid_recovers_where_the_defaults_hold_it(
 
 
 @pytest.mark.tree
+def test_agentd_check_on_the_demo_node_ages_a_cleared_xid_as_the_daemon_does(tmp_path, monkeypatch):
+    """A simulated node's clock runs: `agentd check` dates an injected XID when it was
+    logged, so once the node's clock has run past the demo's hold the XID is gone, as it is
+    from the daemon (on main every check read it as logged just now: critical forever)."""
+    import json
+
+    root = sim.build_tree("h100-ib", tmp_path / "root")
+    sim.apply_fault(root, "xid@gpu3")
+    assert run_cli("simulate", "--out", str(root), "--clear-fault", "xid@gpu3").returncode == 0
+
+    def xid_severities() -> list[str]:
+        r = run_cli("check", "--host-root", str(root), "--config", str(DEMO_CONFIG), "--format", "json")
+        return [f["severity"] for f in json.loads(r.stdout)["findings"] if f["code"] == "gpu.xid"]
+
+    assert xid_severities() == ["critical"]
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 120)  # two minutes later (the tree's files stay as they are)
+    assert xid_severities() == []
+
+
+@pytest.mark.tree
 def test_a_fault_that_shows_nothing_and_a_clear_of_nothing_say_so(tmp_path):
     root = sim.build_tree("h100-ib", tmp_path / "root")
     r = run_cli("simulate", "--out", str(root), "--fault", "pfc_off")
