@@ -1,0 +1,76 @@
+"""The daemon's enforcer under hostile timing: what it changes must still be what the
+configuration names when the change is made, not only when the turn began."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from agentd import sim
+from agentd.base.actuation import Outcome, Setting
+from agentd.collection.collector import collect_once
+from agentd.config import AgentConfig, load_config
+from agentd.daemon import enforcer as enforcer_mod
+from agentd.daemon.enforcer import Enforcer
+from agentd.daemon.state import State
+from agentd.host.fs import HostRoot
+from agentd.judging.enforce import drift_findings, plan
+from agentd.outputs.maintenance import Maintenance
+from agentd.sim.actuate import SimActuators
+
+pytestmark = pytest.mark.tree
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, object]]] = []
+
+    def _add(self, event: str, **kw: object) -> None:
+        self.lines.append((event, kw))
+
+    info = warning = error = exception = debug = _add
+
+
+class _Daemon:
+    def __init__(self, host: HostRoot, config: AgentConfig, state: State, log: _Log):
+        self.host, self.config, self.state, self.log = host, config, state, log
+        self.full = 0
+
+    def trigger_full(self) -> None:
+        self.full += 1
+
+
+def _config(tmp: Path, root: Path, knobs: str) -> AgentConfig:
+    p = tmp / "agentd.toml"
+    p.write_text(f"[paths]\nstate_dir = \"{tmp / 'state'}\"\n[enforce]\nmode = \"apply\"\nknobs = {knobs}\n")
+    return load_config(p, overrides={"host_root": str(root)})
+
+
+def test_a_reload_that_drops_a_knob_mid_turn_stops_the_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mode apply with mtu and pfc named, in maintenance; the configuration is reloaded
+    (mode off) while the turn changes the MTU: the turn must not go on to change PFC."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens1np0", "pfc_off@ens1np0"])
+    cfg = _config(tmp_path, root, '["mtu", "pfc"]')
+    host = HostRoot.at(root)
+    snap = collect_once(host, cfg)
+    findings = tuple(drift_findings(plan(snap, cfg), "apply"))
+    assert {f.about.name for f in findings} >= {"mtu", "pfc"}
+    state = State(seq=1, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap,
+                  findings=findings, maintenance=Maintenance("test", time.time(), None))
+    daemon = _Daemon(host, cfg, state, _Log())
+    off = cfg.model_copy(update={"enforce": cfg.enforce.model_copy(update={"mode": "off"})})
+    applied: list[str] = []
+
+    class Reloading(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            applied.append(s.knob)
+            daemon.config = off  # SIGHUP landed: the operator turned enforcement off
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Reloading(root))
+    asyncio.run(Enforcer().step(daemon))
+    assert applied == ["mtu"], f"changed after enforcement was turned off: {applied}"
+    assert "PFC configuration" in (root / ".agentd/dcb/ens1np0").read_text()
