@@ -12,6 +12,10 @@ import pytest
 
 from agentd import sim
 from agentd.cli import main
+from agentd.config import load_config
+from agentd.host import actuators as live
+from agentd.host.fs import HostRoot
+from agentd.outputs.enforce import actuators_for
 
 pytestmark = pytest.mark.tree
 
@@ -38,3 +42,18 @@ def test_an_mtu_the_kernel_cannot_print_is_not_a_reading_to_act_on(text: str, tm
     rc, out = _apply(capsys, root, _cfg(tmp_path, '["mtu"]'))
     assert not [r for r in out["results"] if r["target"] == "ens2np0"], out["results"]
     assert mtu.read_text() == text + "\n"
+
+
+def test_a_recorded_root_forced_live_is_never_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`host_mode = "live"` (documented for a container's /host without proc) left in the
+    node's config makes any --host-root live: a capture or a simulated tree would then be
+    planned from its own files and changed on the *running kernel* (netlink by netdev
+    name). A root that holds a recording (.agentd/) is not the node, whatever the config."""
+    calls: list[str] = []
+    monkeypatch.setattr(live.LiveActuators, "apply", lambda self, s, t: calls.append(s.target))
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens2np0"])
+    cfg = _cfg(tmp_path, '["mtu"]')
+    cfg.write_text('host_mode = "live"\n' + cfg.read_text())
+    assert actuators_for(HostRoot.at(root, "live"), load_config(cfg)) is None
+    rc = main(["enforce", "apply", "--yes", "--host-root", str(root), "--config", str(cfg), "--format", "json"])
+    assert rc == 3 and calls == []
