@@ -61,14 +61,21 @@ UNPLANNED_PROBES = frozenset(("kernel", "daemons", "ethtool", "ib_counters", "pc
 
 
 def collector_for(host: HostRoot, config: AgentConfig) -> Collect:
-    """A ``collect`` for a Session: one collector, each call a collection of what plans read."""
-    from agentd.collection.collector import PROBE_TIERS, Collector
+    """A ``collect`` for a Session: one collector, each call a collection of what plans read.
+    A probe that fails keeps its previous data in a collector (stale): here it reads as
+    nothing instead (its probe's empty data, as on a first collection), so neither a plan
+    nor a read-back is ever judged from a reading taken before the last change."""
+    from agentd.collection.collector import PROBE_BY_NAME, PROBE_TIERS, Collector
 
     c = Collector(host, config)
     names = [n for n in PROBE_TIERS if n not in UNPLANNED_PROBES]
 
     def collect() -> NodeSnapshot:
         c.run_sync(names)
+        for n in names:
+            out = c.outputs.get(n)
+            if out is not None and out.status.stale:
+                c.outputs[n] = replace(out, data=PROBE_BY_NAME[n].empty, errors=(), journal=None, inputs=())
         return c.snapshot()
 
     return collect

@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from agentd import sim
+from agentd.base.actuation import Outcome, Setting
 from agentd.cli import main
 from agentd.config import load_config
 from agentd.host import actuators as live
+from agentd.host import dcb
 from agentd.host.fs import HostRoot
-from agentd.outputs.enforce import actuators_for
+from agentd.outputs.enforce import Session, actuators_for, collector_for
+from agentd.sim.actuate import SimActuators
 
 pytestmark = pytest.mark.tree
 
@@ -57,3 +60,40 @@ def test_a_recorded_root_forced_live_is_never_changed(tmp_path: Path, capsys: py
     assert actuators_for(HostRoot.at(root, "live"), load_config(cfg)) is None
     rc = main(["enforce", "apply", "--yes", "--host-root", str(root), "--config", str(cfg), "--format", "json"])
     assert rc == 3 and calls == []
+
+
+def test_a_read_back_whose_probe_failed_is_not_judged_from_the_earlier_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's collector keeps a failed probe's previous data (marked stale). When
+    the DCB read fails right after PFC was changed, the read-back judged the reading from
+    *before* the change: "failed, it reads PFC on none still", the entry closed (not
+    outstanding) while the node had changed, its prior value out of `rollback`'s reach."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["pfc_off@ens4np0"])
+    cfg = load_config(_cfg(tmp_path, '["pfc"]'), overrides={"host_root": str(root)})
+    host = HostRoot.at(root)
+
+    def broken(*a: object, **k: object) -> object:
+        raise OSError(110, "DCB netlink timed out")
+
+    class ThenDcbFails(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            out = super().apply(s, timeout_s)
+            monkeypatch.setattr(dcb, "read_pfc", broken)
+            return out
+
+    class Log:
+        def info(self, event: str, **kw: object) -> None: ...
+
+        warning = info
+
+    s = Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=ThenDcbFails(root),
+                collect=collector_for(host, cfg), by="cli:test", log=Log())
+    (c,) = s.plan(["pfc"]).drift
+    try:
+        r = s.apply(c)
+    except Exception:  # a run that stops here leaves the entry pending: also right
+        r = None
+    changed = "enabled     0   0   0   1" in (root / ".agentd/dcb/ens4np0").read_text()
+    assert r is None or r.outcome != "failed" or not changed, r
+    if changed:  # the node holds the new value: its prior value must stay outstanding
+        assert [e.state for e in s.journal.entries] != ["failed"], r
+        assert s.journal.outstanding(), [(e.state, e.verify) for e in s.journal.entries]
