@@ -97,3 +97,31 @@ def test_a_read_back_whose_probe_failed_is_not_judged_from_the_earlier_reading(t
     if changed:  # the node holds the new value: its prior value must stay outstanding
         assert [e.state for e in s.journal.entries] != ["failed"], r
         assert s.journal.outstanding(), [(e.state, e.verify) for e in s.journal.entries]
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed: the pfc actuator writes the plan's whole enable set (live: pfc_en = the "
+                   "planned tuple over a fresh ieee_pfc), and the read-back compares the whole set")
+def test_pfc_on_another_priority_set_between_plan_and_apply_is_kept(tmp_path: Path) -> None:
+    """docs/enforce.md: PFC on roce.priority, "the other priorities kept". Something else
+    (a boot script, DCBX) turns PFC on for priority 5 after the plan read "none": the
+    apply writes PFC on {3} (the planned set), turning 5 off, and the read-back (3 = 3)
+    calls it applied."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["pfc_off@ens4np0"])
+    cfg = load_config(_cfg(tmp_path, '["pfc"]'), overrides={"host_root": str(root)})
+    host = HostRoot.at(root)
+    dcb_file = root / ".agentd/dcb/ens4np0"
+
+    class Log:
+        def info(self, event: str, **kw: object) -> None: ...
+
+        warning = info
+
+    s = Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=SimActuators(root),
+                collect=collector_for(host, cfg), by="cli:test", log=Log())
+    (c,) = s.plan(["pfc"]).drift
+    assert c.current == () and c.desired == (3,)
+    text = dcb_file.read_text()
+    dcb_file.write_text(text.replace("enabled     0   0   0   0   0   0   0   0", "enabled     0   0   0   0   0   1   0   0"))
+    s.apply(c)
+    now = dcb.parse_mlnx_qos(dcb_file.read_text())
+    assert now is not None and 5 in now.enabled, f"PFC on 5 was turned off: {now}"
