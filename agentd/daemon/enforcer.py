@@ -162,10 +162,10 @@ class Enforcer:
     async def step(self, daemon: EnforcerHost) -> None:
         config, st = daemon.config, daemon.state
         cfg = config.enforce
+        self._observe(st)  # in every mode: a node healthy in mode plan has had its boot-grace window
         if cfg.mode != "apply" or not cfg.knobs or not st.ready or st.snapshot is None:
             self._window = (False, "")
             return
-        self._observe(st)
         state_dir = config.paths.state_dir
         timeout = config.timeouts.probe_s
         now_mono = time.monotonic()

@@ -74,3 +74,38 @@ def test_a_reload_that_drops_a_knob_mid_turn_stops_the_turn(tmp_path: Path, monk
     asyncio.run(Enforcer().step(daemon))
     assert applied == ["mtu"], f"changed after enforcement was turned off: {applied}"
     assert "PFC configuration" in (root / ".agentd/dcb/ens1np0").read_text()
+
+
+def test_a_node_healthy_while_in_mode_plan_gets_no_boot_grace_window_after_a_reload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boot-grace window is for a node "that has not been healthy yet". The enforcer
+    only looked at health while in mode apply: a node healthy (taking jobs) in mode plan,
+    reloaded into mode apply within boot grace while a critical finding stands, had its
+    settings changed under the running job."""
+    from agentd.judging.findings import finding, netdev_subject
+
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens1np0"])
+    cfg = _config(tmp_path, root, '["mtu"]')
+    cfg = cfg.model_copy(update={"lifecycle": cfg.lifecycle.model_copy(update={"boot_grace_s": 86400.0})})
+    plan_cfg = cfg.model_copy(update={"enforce": cfg.enforce.model_copy(update={"mode": "plan"})})
+    host = HostRoot.at(root)
+    snap = collect_once(host, cfg)
+    snap = snap.model_copy(update={"system": snap.system.model_copy(update={"booted_at": time.time() - 60})})
+    drift = tuple(drift_findings(plan(snap, cfg), "apply"))
+    healthy = State(seq=1, generated_at=time.time(), started_at=time.time(), config=plan_cfg, ready=True, snapshot=snap, findings=drift)
+    daemon = _Daemon(host, plan_cfg, healthy, _Log())
+    e = Enforcer()
+    asyncio.run(e.step(daemon))  # mode plan: the node is healthy (drift is a warning)
+    crit = finding("roce.pfc.disabled", "critical", netdev_subject("ens2np0"), "PFC off")
+    daemon.config = cfg
+    daemon.state = State(seq=2, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap,
+                         findings=(*drift, crit))
+    applied: list[str] = []
+
+    class Recording(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            applied.append(s.target)
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
+    asyncio.run(e.step(daemon))
+    assert applied == [], f"changed in a boot-grace window of a node that had been healthy: {e._window}"
