@@ -125,3 +125,27 @@ def test_pfc_on_another_priority_set_between_plan_and_apply_is_kept(tmp_path: Pa
     s.apply(c)
     now = dcb.parse_mlnx_qos(dcb_file.read_text())
     assert now is not None and 5 in now.enabled, f"PFC on 5 was turned off: {now}"
+
+
+def test_a_netdev_renamed_between_plan_and_apply_is_not_changed(tmp_path: Path) -> None:
+    """The change names its netdev (netlink by name, sysfs by path): when udev renames
+    devices between the plan's read and the change (boot grace is exactly when it does),
+    the name planned on may now be another device. The change must go to the device that
+    was read (its ifindex), or nowhere."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens2np0"])
+    cfg = load_config(_cfg(tmp_path, '["mtu"]'), overrides={"host_root": str(root)})
+    host = HostRoot.at(root)
+
+    class Log:
+        def info(self, event: str, **kw: object) -> None: ...
+
+        warning = info
+
+    s = Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=SimActuators(root),
+                collect=collector_for(host, cfg), by="cli:test", log=Log())
+    (c,) = s.plan(["mtu"]).drift
+    d = Path(os.path.realpath(root / "sys/class/net/ens2np0"))
+    ifindex = int((d / "ifindex").read_text())
+    (d / "ifindex").write_text(f"{ifindex + 100}\n")  # the name ens2np0 now belongs to another device
+    r = s.apply(c)
+    assert r.outcome != "applied" and (d / "mtu").read_text() == "1500\n", r
