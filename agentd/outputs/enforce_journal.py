@@ -26,7 +26,9 @@ An entry's ``state``:
 
 ``applied``, ``partial`` and ``pending`` entries are *outstanding*: they hold a prior value
 the node may still need. The journal keeps at most ``MAX_ENTRIES`` entries, dropping the
-oldest that are not outstanding.
+oldest that are not outstanding, then (a setting fixed again at every boot) the applied
+and partial entries of a setting that has an older outstanding one: rollback restores
+the oldest one's prior value.
 
 ``attempts``: the changes tried per setting within this boot (``boot_id``), and the
 settings given up on (``stuck``) until the next boot or `agentd enforce status --reset`.
@@ -116,6 +118,18 @@ class Journal:
         if over > 0:
             drop = {x.id for x in entries if not x.outstanding}
             drop = set(sorted(drop)[:over])
+            entries = [x for x in entries if x.id not in drop]
+        over = len(entries) - MAX_ENTRIES
+        if over > 0:
+            # Still over: outstanding entries of a setting that has an older outstanding one
+            # (a setting fixed again, every boot). Rollback restores the oldest one's prior
+            # value; the later applied/partial ones hold nothing it needs. Pending: kept.
+            oldest: dict[str, int] = {}
+            for x in entries:
+                if x.outstanding:
+                    oldest.setdefault(x.key, x.id)
+            later = sorted(x.id for x in entries if x.state in ("applied", "partial") and oldest.get(x.key) != x.id)
+            drop = set(later[:over])
             entries = [x for x in entries if x.id not in drop]
         return replace(self, entries=tuple(entries))
 
