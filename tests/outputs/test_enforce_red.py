@@ -149,3 +149,23 @@ def test_a_netdev_renamed_between_plan_and_apply_is_not_changed(tmp_path: Path) 
     (d / "ifindex").write_text(f"{ifindex + 100}\n")  # the name ens2np0 now belongs to another device
     r = s.apply(c)
     assert r.outcome != "applied" and (d / "mtu").read_text() == "1500\n", r
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "symlink"])
+def test_a_lock_path_that_is_not_a_file_stops_the_run_with_a_reason(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO, a directory or a symlink where enforce.lock goes: nothing changes (it held),
+    but the CLI died with a traceback ('internal error') instead of saying why."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens2np0"])
+    out = Path(f"{root}-out")
+    out.mkdir()
+    lock = out / "enforce.lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "dir":
+        lock.mkdir()
+    else:
+        lock.symlink_to(tmp_path / "elsewhere")
+    rc = main(["enforce", "apply", "--yes", "--host-root", str(root), "--config", str(_cfg(tmp_path, '["mtu"]'))])
+    err = capsys.readouterr().err
+    assert rc == 3 and "enforce.lock" in err and "Traceback" not in err and "internal error" not in err, err
+    assert Path(os.path.realpath(root / "sys/class/net/ens2np0/mtu")).read_text() == "1500\n"
