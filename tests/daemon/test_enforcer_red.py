@@ -109,3 +109,57 @@ def test_a_node_healthy_while_in_mode_plan_gets_no_boot_grace_window_after_a_rel
     monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
     asyncio.run(e.step(daemon))
     assert applied == [], f"changed in a boot-grace window of a node that had been healthy: {e._window}"
+
+
+def _maintenance_daemon(tmp_path: Path, faults: list[str], knobs: str, **enforce: object) -> tuple[Path, _Daemon]:
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=faults)
+    cfg = _config(tmp_path, root, knobs)
+    cfg = cfg.model_copy(update={"enforce": cfg.enforce.model_copy(update=enforce)})
+    host = HostRoot.at(root)
+    snap = collect_once(host, cfg)
+    st = State(seq=1, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap,
+               findings=tuple(drift_findings(plan(snap, cfg), "apply")), maintenance=Maintenance("test", time.time(), None))
+    return root, _Daemon(host, cfg, st, _Log())
+
+
+def test_at_most_one_change_per_knob_per_interval_and_none_after_max_attempts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setting that never sticks (the interface takes it, something puts it back at once):
+    one try per enforce.interval_s, and none after enforce.max_attempts."""
+    root, daemon = _maintenance_daemon(tmp_path, ["mtu_mismatch@ens1np0"], '["mtu"]', interval_s=3600.0, max_attempts=2)
+    tried: list[str] = []
+
+    class NeverSticks(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            if s.value == 9000:
+                tried.append(s.target)
+                return Outcome(True, "took it")  # and nothing changed
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: NeverSticks(root))
+    e = Enforcer()
+    asyncio.run(e.step(daemon))
+    asyncio.run(e.step(daemon))  # within the interval
+    assert tried == ["ens1np0"]
+    for _ in range(4):
+        e._last_mono.clear()  # the interval passed
+        asyncio.run(e.step(daemon))
+    assert tried == ["ens1np0", "ens1np0"], tried
+    assert "mtu@ens1np0" in e._stuck
+
+
+def test_the_daemon_changes_nothing_while_agentd_enforce_holds_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentd.outputs.enforce_lock import enforce_lock
+
+    root, daemon = _maintenance_daemon(tmp_path, ["mtu_mismatch@ens1np0"], '["mtu"]')
+    tried: list[str] = []
+
+    class Recording(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            tried.append(s.target)
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
+    with enforce_lock(daemon.config.paths.state_dir, wait_s=0) as held:
+        assert held
+        asyncio.run(Enforcer().step(daemon))
+    assert tried == [] and ("enforce.skipped", {"why": "agentd enforce holds the lock"}) in daemon.log.lines
