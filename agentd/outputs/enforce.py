@@ -83,10 +83,12 @@ def collector_for(host: HostRoot, config: AgentConfig) -> Collect:
 
 def actuators_for(host: HostRoot, config: AgentConfig) -> Actuators | None:
     """The live node's interfaces, the simulated node's stand-ins, or None (an offline root,
-    or a root that holds a recording, ``.agentd/``, made live by ``host_mode``: a capture or
-    a simulated tree is not the node, and the live interfaces would change the running
-    kernel's netdevs from that tree's readings)."""
-    if host.is_live and (host.answers is not None or host.unread_recording is not None):
+    or a capture made live by ``host_mode``: it is not the node, and the live interfaces
+    would change the running kernel's netdevs, same names on the node it was taken on,
+    from the capture's readings). A simulated tree forced live keeps the live interfaces:
+    the crash tests drive a stand-in modprobe that way."""
+    if host.is_live and (host.unread_recording is not None
+                         or (host.answers is not None and (host.manifest or {}).get("kind") != "simulation")):
         return None
     if host.is_live:
         from agentd.host.actuators import LiveActuators

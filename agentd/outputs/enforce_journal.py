@@ -134,10 +134,20 @@ class Journal:
         return replace(self, entries=tuple(entries))
 
     def for_boot(self, boot_id: str | None) -> Journal:
-        """A new boot forgets the attempts and what was stuck (the node came up anew)."""
+        """A new boot forgets the attempts and what was stuck (the node came up anew). An
+        entry left pending by a run of an earlier boot is closed (``interrupted``): the
+        reboot reset the runtime setting, and what the node reads now is this boot's, not
+        the outcome of that change (finishing it would roll this boot's value back to
+        another boot's)."""
         if boot_id == self.boot_id:
             return self
-        return replace(self, boot_id=boot_id, attempts={}, stuck={})
+        entries = self.entries
+        if boot_id is not None and self.boot_id is not None:
+            now = time.time()
+            entries = tuple(replace(e, state="interrupted", finished_at=now,
+                                    verify="the node rebooted before this run finished it: its runtime settings started anew")
+                            if e.state == "pending" else e for e in entries)
+        return replace(self, boot_id=boot_id, attempts={}, stuck={}, entries=entries)
 
     def tried(self, key: str) -> Journal:
         return replace(self, attempts={**self.attempts, key: self.attempts.get(key, 0) + 1})

@@ -18,6 +18,7 @@ from agentd.host import actuators as live
 from agentd.host import dcb
 from agentd.host.fs import HostRoot
 from agentd.outputs.enforce import Session, actuators_for, collector_for
+from agentd.outputs.enforce_journal import journal_path, save_journal
 from agentd.sim.actuate import SimActuators
 
 pytestmark = pytest.mark.tree
@@ -47,14 +48,16 @@ def test_an_mtu_the_kernel_cannot_print_is_not_a_reading_to_act_on(text: str, tm
     assert mtu.read_text() == text + "\n"
 
 
-def test_a_recorded_root_forced_live_is_never_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_capture_forced_live_is_never_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """`host_mode = "live"` (documented for a container's /host without proc) left in the
-    node's config makes any --host-root live: a capture or a simulated tree would then be
-    planned from its own files and changed on the *running kernel* (netlink by netdev
-    name). A root that holds a recording (.agentd/) is not the node, whatever the config."""
+    node's config makes any --host-root live: a capture (of this very node: the same
+    netdev names) would then be planned from its own files and changed on the *running
+    kernel* (netlink by netdev name). A capture is not the node, whatever the config."""
     calls: list[str] = []
     monkeypatch.setattr(live.LiveActuators, "apply", lambda self, s, t: calls.append(s.target))
     root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens2np0"])
+    manifest = root / ".agentd/manifest.json"
+    manifest.write_text(manifest.read_text().replace('"simulation"', '"capture"'))  # as an unpacked `agentd capture`
     cfg = _cfg(tmp_path, '["mtu"]')
     cfg.write_text('host_mode = "live"\n' + cfg.read_text())
     assert actuators_for(HostRoot.at(root, "live"), load_config(cfg)) is None
@@ -169,3 +172,26 @@ def test_a_lock_path_that_is_not_a_file_stops_the_run_with_a_reason(kind: str, t
     err = capsys.readouterr().err
     assert rc == 3 and "enforce.lock" in err and "Traceback" not in err and "internal error" not in err, err
     assert Path(os.path.realpath(root / "sys/class/net/ens2np0/mtu")).read_text() == "1500\n"
+
+
+def test_a_pending_entry_of_an_earlier_boot_is_not_rolled_back_onto_this_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run killed between the journal entry and the change leaves it pending; the node
+    then reboots (runtime settings start anew: the boot's own configuration now says MTU
+    4200). The next run, here an apply of PFC only, 'recovered' the MTU entry from what the
+    node reads now: neither before (1500) nor desired (9000), so it 'rolled back' the MTU
+    to 1500, a value of another boot, of a knob no longer named."""
+    from agentd.outputs.enforce_journal import Entry, Journal
+
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["pfc_off@ens4np0"])
+    mtu = Path(os.path.realpath(root / "sys/class/net/ens2np0/mtu"))
+    mtu.write_text("4200\n")
+    out = Path(f"{root}-out")
+    out.mkdir()
+    pending = Entry(id=1, at=1.0, by="daemon", why="config.drift mtu@ens2np0 (mtu.mismatch)", knob="mtu", target="ens2np0",
+                    before=1500, desired=9000, command="ip link set dev ens2np0 mtu 9000",
+                    setting={"knob": "mtu", "target": "ens2np0", "netdev": "ens2np0", "entries": []})
+    assert save_journal(journal_path(out), Journal(entries=(pending,), boot_id="an-earlier-boot")).ok
+    rc = main(["enforce", "apply", "--yes", "--host-root", str(root), "--config", str(_cfg(tmp_path, '["pfc"]')), "--format", "json"])
+    capsys.readouterr()
+    assert mtu.read_text() == "4200\n", "an earlier boot's pending MTU change was rolled back onto this boot"
+    assert rc in (0, 1)
