@@ -65,7 +65,7 @@ class LiveActuators:
         if s.knob == "mtu" and isinstance(v, int):
             return link_set.set_mtu(nd, v, timeout_s)
         if s.knob == "pfc" and isinstance(v, tuple):
-            return dcb_write.set_pfc(nd, [int(p) for p in v], timeout_s)
+            return dcb_write.set_pfc(nd, [int(p) for p in v], timeout_s, only=s.param)
         if s.knob == "trust" and isinstance(v, str):
             return dcb_write.set_trust(nd, v, apptrust=s.apptrust, entries=s.entries, timeout_s=timeout_s)
         if s.knob == "dscp2prio" and s.param is not None and (v is None or isinstance(v, int)):

@@ -204,6 +204,14 @@ def command_for(s: Setting, frm: Value, to: Value) -> str:
     return ""
 
 
+def same(s: Setting, a: Value, b: Value) -> bool:
+    """Whether ``a`` and ``b`` are the same as far as setting ``s`` goes: PFC of priority
+    ``param`` only (the knob sets that priority and keeps the others), else equal."""
+    if s.knob == "pfc" and s.param is not None and isinstance(a, tuple) and isinstance(b, tuple):
+        return (s.param in a) == (s.param in b)
+    return a == b
+
+
 def read_setting(snap: NodeSnapshot, s: Setting) -> tuple[bool, Value]:
     """(readable, value) of setting ``s`` as ``snap`` reads it: only what the knob sets
     (the read-back of a change, compared with what was asked)."""

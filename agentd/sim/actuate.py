@@ -145,7 +145,10 @@ class SimActuators:
         q = parse_mlnx_qos(p.read_text())
         v = s.value
         if s.knob == "pfc" and isinstance(v, tuple):
-            new = Qos(tuple(int(x) for x in v), q.trust, q.dscp2prio)
+            want = {int(x) for x in v}
+            if s.param is not None:  # priority ``param`` alone, the others as they are now (dcb pfc set ... prio-pfc P:on)
+                want = ({int(x) for x in q.pfc} - {s.param}) | ({s.param} if s.param in want else set())
+            new = Qos(tuple(sorted(want)), q.trust, q.dscp2prio)
         elif s.knob == "trust" and v == "pcp":
             new = Qos(q.pfc, "pcp", None)
         elif s.knob == "trust" and v == "dscp":
