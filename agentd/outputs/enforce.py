@@ -146,7 +146,13 @@ def _setting_from(e: Entry, value: Value) -> Setting:
 
 def restore_setting(s: Setting, value: Value, snap: NodeSnapshot) -> Setting:
     """The request that puts ``s`` back to ``value``, from what ``snap`` reads now: the DSCP
-    APP entries a trust change to pcp deletes (mlx5), the entry a DSCP map change replaces."""
+    APP entries a trust change to pcp deletes (mlx5), the entry a DSCP map change replaces.
+    A prior value belongs to the netdev's name (what the journal and `rollback` name): the
+    request goes to the device of that name as ``snap`` read it (its ifindex now: a driver
+    reload or a reboot gives it another), never to one renamed after that read."""
+    if s.ifindex is not None and s.netdev is not None:
+        nd_now = snap.netdev(s.netdev)
+        s = with_value(s, s.value, ifindex=nd_now.ifindex if nd_now is not None else None)
     if s.knob == "trust" and value == "pcp" and not s.apptrust:
         nd = snap.netdev(s.netdev or "")
         table = nd.pfc.dscp2prio if nd is not None and nd.pfc is not None else {}

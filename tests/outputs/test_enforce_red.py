@@ -156,6 +156,33 @@ def test_a_netdev_renamed_between_plan_and_apply_is_not_changed(tmp_path: Path) 
     assert r.outcome != "applied" and (d / "mtu").read_text() == "1500\n", r
 
 
+def test_a_rollback_after_a_driver_reload_restores_the_device_of_that_name(tmp_path: Path) -> None:
+    """A driver reload (or a reboot) gives a netdev a new ifindex: the prior value the
+    journal keeps for ens2np0 goes back to the device named ens2np0 now, as read before
+    the rollback, instead of being refused as a rename for ever."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens2np0"])
+    cfg = load_config(_cfg(tmp_path, '["mtu"]'), overrides={"host_root": str(root)})
+    host = HostRoot.at(root)
+
+    class Log:
+        def info(self, event: str, **kw: object) -> None: ...
+
+        warning = info
+
+    def session() -> Session:
+        return Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=SimActuators(root),
+                       collect=collector_for(host, cfg), by="cli:test", log=Log())
+
+    s = session()
+    (c,) = s.plan(["mtu"]).drift
+    assert s.apply(c).outcome == "applied"
+    d = Path(os.path.realpath(root / "sys/class/net/ens2np0"))
+    assert (d / "mtu").read_text() == "9000\n"
+    (d / "ifindex").write_text(f"{int((d / 'ifindex').read_text()) + 100}\n")  # mlx5_core reloaded
+    (r,) = session().rollback(["mtu"])
+    assert r.outcome == "restored" and (d / "mtu").read_text() == "1500\n", r
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dir", "symlink"])
 def test_a_lock_path_that_is_not_a_file_stops_the_run_with_a_reason(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A FIFO, a directory or a symlink where enforce.lock goes: nothing changes (it held),
