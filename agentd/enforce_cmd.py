@@ -15,9 +15,10 @@ and user, then calls ``run`` here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from agentd.base.escape import json_text, printable
 from agentd.base.jsontypes import JsonObject
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace, *, config: AgentConfig, host: HostRoot, state_
     if not knobs:
         raise EnforceError("no knob named (enforce.knobs is empty and no --knob): nothing is changed")
     _confirm(args, f"{cmd} {', '.join(knobs)} on {where}")
-    with enforce_lock(state_dir, wait_s=LOCK_WAIT_S) as held:
+    with _locked(state_dir) as held:
         if not held:
             raise EnforceError(f"another agentd holds {state_dir}/enforce.lock ({holder(state_dir) or 'holder unknown'}) "
                                f"for more than {LOCK_WAIT_S:g} s: try again later")
@@ -136,6 +137,19 @@ def run(args: argparse.Namespace, *, config: AgentConfig, host: HostRoot, state_
             return _report(args, "apply", recovered + results, left, s)
         results = s.rollback(knobs)
         return _report(args, "rollback", recovered + results, None, s)
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[bool]:
+    """enforce_lock, its OSError (a lock path that is a FIFO, a directory, a symlink; a
+    state directory that cannot hold it) an EnforceError: nothing is changed."""
+    stack = contextlib.ExitStack()
+    try:
+        held = stack.enter_context(enforce_lock(state_dir, wait_s=LOCK_WAIT_S))
+    except OSError as e:
+        raise EnforceError(f"cannot take {state_dir}/enforce.lock: {e.strerror or e}; nothing was changed") from None
+    with stack:
+        yield held
 
 
 def _report(args: argparse.Namespace, cmd: str, results: Sequence[Result], left: Plan | None, s: Session) -> int:
@@ -158,7 +172,7 @@ def _report(args: argparse.Namespace, cmd: str, results: Sequence[Result], left:
 def _status(args: argparse.Namespace, config: AgentConfig, state_dir: Path) -> int:
     path = journal_path(state_dir)
     if args.reset:
-        with enforce_lock(state_dir, wait_s=LOCK_WAIT_S) as held:
+        with _locked(state_dir) as held:
             if not held:
                 raise EnforceError(f"another agentd holds {state_dir}/enforce.lock: try again later")
             try:

@@ -43,6 +43,9 @@ class Setting:
     param: int | None = None  # ecn: the priority; dscp2prio: the DSCP
     entries: tuple[tuple[int, int], ...] = ()
     apptrust: bool = False
+    # the netdev's ifindex when the plan read it: a name udev gave to another device since
+    # (a rename between the read and the change) is refused, not changed (None: unchecked)
+    ifindex: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,15 @@ def done(detail: str = "") -> Outcome:
 
 def failed(detail: str, err: int | None = None) -> Outcome:
     return Outcome(False, " ".join(detail.split()) or "failed", err)
+
+
+def renamed(s: Setting, ifindex: int | None) -> Outcome | None:
+    """The refusal when ``s.netdev`` is now another device than the one read (its ifindex
+    ``ifindex`` now, None: unknown), else None."""
+    if s.ifindex is None or s.netdev is None or ifindex == s.ifindex:
+        return None
+    now = "gone" if ifindex is None else f"ifindex {ifindex}"
+    return failed(f"{s.netdev} is not the device that was read (ifindex {s.ifindex}, now {now}): renamed since; not changed")
 
 
 class Actuators(Protocol):

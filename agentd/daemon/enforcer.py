@@ -22,7 +22,7 @@ import functools
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from agentd.config import AgentConfig
 from agentd.daemon.logging import Log
@@ -63,9 +63,12 @@ class _Job:
     skipped: str = ""  # why nothing was tried (the lock held by `agentd enforce`)
 
 
-def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tuple[str, ...], log: Log) -> _Job:
+def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tuple[str, ...], log: Log,
+               current: Callable[[], AgentConfig] | None = None) -> _Job:
     """One turn, in the lane: recover what a killed run left, then at most one change per
-    knob of ``knobs``, re-planned after each (the QoS chain's knobs build on each other)."""
+    knob of ``knobs``, re-planned after each (the QoS chain's knobs build on each other).
+    ``current``: the daemon's configuration now; before each change the knob must still be
+    named and the mode still apply (a reload while the turn runs stops it there)."""
     actuators = actuators_for(host, config)
     if actuators is None:
         return _Job((), {}, {}, "an offline root is never changed")
@@ -78,6 +81,10 @@ def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tupl
         results = list(s.recover())
         p = s.plan(knobs)
         for knob in (k for k in APPLY_ORDER if k in knobs):
+            now = current() if current is not None else config
+            if now.enforce.mode != "apply" or knob not in now.enforce.knobs:
+                log.info("enforce.reloaded", knob=knob, effect="not changed: the configuration no longer names it in mode apply")
+                continue
             for c in [x for x in p.changes if x.knob == knob and x.applicable]:
                 if c.key in s.journal.stuck:
                     continue
@@ -155,10 +162,10 @@ class Enforcer:
     async def step(self, daemon: EnforcerHost) -> None:
         config, st = daemon.config, daemon.state
         cfg = config.enforce
+        self._observe(st)  # in every mode: a node healthy in mode plan has had its boot-grace window
         if cfg.mode != "apply" or not cfg.knobs or not st.ready or st.snapshot is None:
             self._window = (False, "")
             return
-        self._observe(st)
         state_dir = config.paths.state_dir
         timeout = config.timeouts.probe_s
         now_mono = time.monotonic()
@@ -186,7 +193,7 @@ class Enforcer:
         for k in due:
             self._last_mono[k] = now_mono
         daemon.log.info("enforce.window", knobs=list(due), why=self._window[1])
-        job = functools.partial(_apply_job, daemon.host, config, state_dir, due, daemon.log)
+        job = functools.partial(_apply_job, daemon.host, config, state_dir, due, daemon.log, lambda: daemon.config)
         limit = (len(due) * 3 + 2) * (cfg.change_timeout_s + 2 * max(config.timeouts.probe_s, config.timeouts.nvml_s))
         try:
             done = await await_future(self.lane.submit(job)[0], limit)

@@ -21,9 +21,10 @@ caller decides what to change and checks the result by reading it back.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
-from agentd.base.actuation import Outcome, Setting, done, failed
+from agentd.base.actuation import Outcome, Setting, done, failed, renamed
 from agentd.host import dcb_write, link_set, pause
 from agentd.host.fs import HostRoot, ReadContext, ReadFailure, write_attribute
 from agentd.host.modprobe import modprobe
@@ -51,12 +52,20 @@ class LiveActuators:
 
     def apply(self, s: Setting, timeout_s: float) -> Outcome:
         v, nd = s.value, s.netdev or ""
+        if s.netdev is not None and s.ifindex is not None:
+            try:
+                index: int | None = socket.if_nametoindex(nd)
+            except OSError:
+                index = None
+            refused = renamed(s, index)
+            if refused is not None:
+                return refused
         if s.knob == "peermem":
             return modprobe(self.modprobe_path, PEERMEM_MODULE, remove=not v, timeout_s=timeout_s)
         if s.knob == "mtu" and isinstance(v, int):
             return link_set.set_mtu(nd, v, timeout_s)
         if s.knob == "pfc" and isinstance(v, tuple):
-            return dcb_write.set_pfc(nd, [int(p) for p in v], timeout_s)
+            return dcb_write.set_pfc(nd, [int(p) for p in v], timeout_s, only=s.param)
         if s.knob == "trust" and isinstance(v, str):
             return dcb_write.set_trust(nd, v, apptrust=s.apptrust, entries=s.entries, timeout_s=timeout_s)
         if s.knob == "dscp2prio" and s.param is not None and (v is None or isinstance(v, int)):

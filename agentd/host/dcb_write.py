@@ -131,8 +131,10 @@ def _ieee_pfc(sock: socket.socket, ifname: str, seq: int, timeout_s: float) -> b
     raise NetlinkError(errno.EOPNOTSUPP)  # the device reports no PFC
 
 
-def set_pfc(ifname: str, enabled: Sequence[int], timeout_s: float) -> Outcome:
-    """PFC on exactly the priorities ``enabled`` (read, change pfc_en, write back)."""
+def set_pfc(ifname: str, enabled: Sequence[int], timeout_s: float, *, only: int | None = None) -> Outcome:
+    """PFC on exactly the priorities ``enabled`` (read, change pfc_en, write back); with
+    ``only``, priority ``only`` alone is changed (on when in ``enabled``), the others kept
+    as the device has them now, as ``dcb pfc set dev IF prio-pfc 3:on`` does."""
     if not valid_ifname(ifname):
         return failed(f"{ifname!r} is not a netdev name")
     seq = seq_now()
@@ -140,7 +142,11 @@ def set_pfc(ifname: str, enabled: Sequence[int], timeout_s: float) -> Outcome:
     def run() -> None:
         with open_socket(NETLINK_ROUTE) as sock:
             current = _ieee_pfc(sock, ifname, seq, timeout_s)
-            _set(sock, build_set_pfc(ifname, with_pfc_enabled(current, enabled), seq + 1), seq + 1, timeout_s)
+            want = enabled
+            if only is not None:
+                now = {p for p in range(8) if current[1] >> p & 1}
+                want = sorted((now - {only}) | ({only} if only in enabled else set()))
+            _set(sock, build_set_pfc(ifname, with_pfc_enabled(current, want), seq + 1), seq + 1, timeout_s)
 
     return netlink_outcome(run, f"DCB_CMD_IEEE_SET {ifname} PFC on {','.join(map(str, sorted(enabled))) or 'none'}")
 

@@ -16,6 +16,7 @@ from agentd.host.fs import ReadContext, parse_decimal
 from agentd.model import Netdev, RoceEcn
 
 CLASS_NET = "sys/class/net"
+U32_MAX = 0xFFFFFFFF  # an MTU as the kernel prints it (dev->mtu: unsigned int)
 # A netdev's attributes that change when its link does (carrier_changes also counts a flap
 # between two reads): what the daemon's quick check re-reads every fast cycle
 # (agentd.collection.collector). MTU, addresses, bonds and ECN wait for the whole check
@@ -65,6 +66,10 @@ def _read_one(ctx: ReadContext, name: str, *, ecn: bool) -> Netdev | None:
         return ctx.integer(f"{entry}/{attr}", required=required, base=base)
 
     carrier = num("carrier")  # EINVAL while the link is administratively down -> None
+    mtu = num("mtu", required=True)
+    if mtu is not None and not 0 <= mtu <= U32_MAX:  # the kernel prints dev->mtu, an unsigned int
+        ctx.error(f"{entry}/mtu", "unparsable", f"expected an MTU (0-{U32_MAX}), got {mtu}")
+        mtu = None
     speed = num("speed")  # -1 or EINVAL when unknown / down
     device_link = ctx.readlink_name(f"{entry}/device")
     pci = link_bdf(ctx, f"{entry}/device") or bdf_of_class_path(real, "net")
@@ -74,7 +79,7 @@ def _read_one(ctx: ReadContext, name: str, *, ecn: bool) -> Netdev | None:
         name=name,
         ifindex=num("ifindex"),
         type=num("type", required=True),
-        mtu=num("mtu", required=True),
+        mtu=mtu,
         operstate=ctx.text(f"{entry}/operstate", required=True) or None,
         carrier=None if carrier is None else carrier != 0,
         carrier_changes=num("carrier_changes"),

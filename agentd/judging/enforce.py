@@ -204,6 +204,14 @@ def command_for(s: Setting, frm: Value, to: Value) -> str:
     return ""
 
 
+def same(s: Setting, a: Value, b: Value) -> bool:
+    """Whether ``a`` and ``b`` are the same as far as setting ``s`` goes: PFC of priority
+    ``param`` only (the knob sets that priority and keeps the others), else equal."""
+    if s.knob == "pfc" and s.param is not None and isinstance(a, tuple) and isinstance(b, tuple):
+        return (s.param in a) == (s.param in b)
+    return a == b
+
+
 def read_setting(snap: NodeSnapshot, s: Setting) -> tuple[bool, Value]:
     """(readable, value) of setting ``s`` as ``snap`` reads it: only what the knob sets
     (the read-back of a change, compared with what was asked)."""
@@ -310,7 +318,7 @@ def _mtu(ctx: _Ctx) -> list[Change]:
         want = expect.ipoib_mtu if ib else expect.roce_mtu
         if want is not None:
             rules.append((nd, want, "expect.ipoib_mtu" if ib else "expect.roce_mtu"))
-    return [_change(ctx, "mtu", nd.name, nd.mtu, want, nd.mtu is not None, f"{key} {want}", _carrier(nd), netdev=nd.name)
+    return [_change(ctx, "mtu", nd.name, nd.mtu, want, nd.mtu is not None, f"{key} {want}", _carrier(nd), netdev=nd.name, ifindex=nd.ifindex)
             for nd, want, key in rules]
 
 
@@ -329,7 +337,7 @@ def _pfc(ctx: _Ctx) -> list[Change]:
         want = tuple(sorted({*cur, prio}))
         out.append(_change(ctx, "pfc", nd.name, cur, want, nd.pfc is not None, f"roce.priority {prio} (roce.require_pfc)",
                            _carrier(nd) if nd.pfc is not None else "no DCB (PFC) settings were read: the device has none",
-                           netdev=nd.name, param=prio))
+                           netdev=nd.name, ifindex=nd.ifindex, param=prio))
     return out
 
 
@@ -343,7 +351,7 @@ def _ecn(ctx: _Ctx) -> list[Change]:
         readable = np_ is not None and rp is not None
         why_not = _carrier(nd) if readable else f"no ECN settings of priority {prio} (ecn/roce_np, ecn/roce_rp): not an mlx5 netdev"
         out.append(_change(ctx, "ecn", nd.name, (bool(np_), bool(rp)), (True, True), readable,
-                           f"roce.priority {prio} (roce.require_ecn)", why_not, netdev=nd.name, param=prio))
+                           f"roce.priority {prio} (roce.require_ecn)", why_not, netdev=nd.name, ifindex=nd.ifindex, param=prio))
     return out
 
 
@@ -355,7 +363,7 @@ def _pause(ctx: _Ctx) -> list[Change]:
         cur = (nd.pause.rx, nd.pause.tx) if nd.pause is not None else (False, False)
         readable = pause_off(nd) is not None
         out.append(_change(ctx, "pause", nd.name, cur, (False, False), readable, "global pause off beside PFC (roce.require_pfc)",
-                           _carrier(nd) if readable else "no pause parameters were read: the device has none", netdev=nd.name))
+                           _carrier(nd) if readable else "no pause parameters were read: the device has none", netdev=nd.name, ifindex=nd.ifindex))
     return out
 
 
@@ -462,7 +470,7 @@ def _trust(ctx: _Ctx) -> list[Change]:
                if desired == "dscp" and c.trust == "pcp" else "trust agrees with how RDMA traffic is marked")
         not_readable = "the trust mode was not read (no DCB, or a VF without DSCP APP entries)"
         out.append(_change(ctx, "trust", nd.name, pfc.trust if pfc is not None else None, desired, readable, why,
-                           _carrier(nd) if readable else not_readable, netdev=nd.name, param=c.dscp, entries=entries, apptrust=apptrust))
+                           _carrier(nd) if readable else not_readable, netdev=nd.name, ifindex=nd.ifindex, param=c.dscp, entries=entries, apptrust=apptrust))
     return out
 
 
@@ -486,7 +494,7 @@ def _dscp2prio(ctx: _Ctx) -> list[Change]:
             blocked = ("DSCP 0 is the marking of all unmarked traffic: mapping it to the lossless priority would make "
                        "every packet lossless; clear the global tclass or mark RDMA with a DSCP (nccl.ib_tc) instead")
         out.append(_change(ctx, "dscp2prio", nd.name, current, desired, True,
-                           f"RDMA traffic is marked DSCP {c.dscp} ({c.tc_source}); roce.priority {want}", blocked, netdev=nd.name, param=c.dscp,
+                           f"RDMA traffic is marked DSCP {c.dscp} ({c.tc_source}); roce.priority {want}", blocked, netdev=nd.name, ifindex=nd.ifindex, param=c.dscp,
                            entries=((c.dscp, current),) if current is not None else ()))
     return out
 

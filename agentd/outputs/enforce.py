@@ -33,7 +33,7 @@ from agentd.base.actuation import Actuators, Setting, Value
 from agentd.base.jsontypes import JsonObject
 from agentd.config import AgentConfig
 from agentd.host.fs import HostRoot
-from agentd.judging.enforce import APPLY_ORDER, CODES, DRIFT_CODE, Change, Plan, command_for, from_json, plan, read_setting, show, to_json, with_value
+from agentd.judging.enforce import APPLY_ORDER, CODES, DRIFT_CODE, Change, Plan, command_for, from_json, plan, read_setting, same, show, to_json, with_value
 from agentd.model import NodeSnapshot
 from agentd.outputs.enforce_journal import Entry, Journal, journal_path, load_journal, save_journal
 
@@ -61,21 +61,35 @@ UNPLANNED_PROBES = frozenset(("kernel", "daemons", "ethtool", "ib_counters", "pc
 
 
 def collector_for(host: HostRoot, config: AgentConfig) -> Collect:
-    """A ``collect`` for a Session: one collector, each call a collection of what plans read."""
-    from agentd.collection.collector import PROBE_TIERS, Collector
+    """A ``collect`` for a Session: one collector, each call a collection of what plans read.
+    A probe that fails keeps its previous data in a collector (stale): here it reads as
+    nothing instead (its probe's empty data, as on a first collection), so neither a plan
+    nor a read-back is ever judged from a reading taken before the last change."""
+    from agentd.collection.collector import PROBE_BY_NAME, PROBE_TIERS, Collector
 
     c = Collector(host, config)
     names = [n for n in PROBE_TIERS if n not in UNPLANNED_PROBES]
 
     def collect() -> NodeSnapshot:
         c.run_sync(names)
+        for n in names:
+            out = c.outputs.get(n)
+            if out is not None and out.status.stale:
+                c.outputs[n] = replace(out, data=PROBE_BY_NAME[n].empty, errors=(), journal=None, inputs=())
         return c.snapshot()
 
     return collect
 
 
 def actuators_for(host: HostRoot, config: AgentConfig) -> Actuators | None:
-    """The live node's interfaces, the simulated node's stand-ins, or None (an offline root)."""
+    """The live node's interfaces, the simulated node's stand-ins, or None (an offline root,
+    or a capture made live by ``host_mode``: it is not the node, and the live interfaces
+    would change the running kernel's netdevs, same names on the node it was taken on,
+    from the capture's readings). A simulated tree forced live keeps the live interfaces:
+    the crash tests drive a stand-in modprobe that way."""
+    if host.is_live and (host.unread_recording is not None
+                         or (host.answers is not None and (host.manifest or {}).get("kind") != "simulation")):
+        return None
     if host.is_live:
         from agentd.host.actuators import LiveActuators
 
@@ -132,7 +146,13 @@ def _setting_from(e: Entry, value: Value) -> Setting:
 
 def restore_setting(s: Setting, value: Value, snap: NodeSnapshot) -> Setting:
     """The request that puts ``s`` back to ``value``, from what ``snap`` reads now: the DSCP
-    APP entries a trust change to pcp deletes (mlx5), the entry a DSCP map change replaces."""
+    APP entries a trust change to pcp deletes (mlx5), the entry a DSCP map change replaces.
+    A prior value belongs to the netdev's name (what the journal and `rollback` name): the
+    request goes to the device of that name as ``snap`` read it (its ifindex now: a driver
+    reload or a reboot gives it another), never to one renamed after that read."""
+    if s.ifindex is not None and s.netdev is not None:
+        nd_now = snap.netdev(s.netdev)
+        s = with_value(s, s.value, ifindex=nd_now.ifindex if nd_now is not None else None)
     if s.knob == "trust" and value == "pcp" and not s.apptrust:
         nd = snap.netdev(s.netdev or "")
         table = nd.pfc.dscp2prio if nd is not None and nd.pfc is not None else {}
@@ -206,11 +226,11 @@ class Session:
         """Read back; restore ``before`` where the setting is not as desired but changed."""
         desired = s.value
         ok, after = read_setting(self.snapshot(), s)
-        if ok and after == desired and took:
+        if ok and same(s, after, desired) and took:
             r = Result(e.knob, e.target, "applied", before, desired, after, e.command, detail,
                        f"read back {show(e.knob, after, s.param)}", e.id, s.param)
             return self._finish(e, "applied", r)
-        if ok and after == before:
+        if ok and same(s, after, before):
             why = detail if not took else f"the interface took it, but it reads {show(e.knob, after, s.param)} still"
             r = Result(e.knob, e.target, "failed", before, desired, after, e.command, why,
                        f"read back {show(e.knob, after, s.param)}: unchanged", e.id, s.param)
@@ -218,7 +238,7 @@ class Session:
         seen = show(e.knob, after, s.param) if ok else "unreadable"
         back = self.actuators.apply(restore_setting(s, before, self.snapshot(fresh=False)), self.timeout_s)
         ok2, after2 = read_setting(self.snapshot(), s)
-        if ok2 and after2 == before:
+        if ok2 and same(s, after2, before):
             r = Result(e.knob, e.target, "failed", before, desired, after2, e.command, detail or "did not read back as desired",
                        f"read back {seen}, not {show(e.knob, desired, s.param)}: rolled back to {show(e.knob, before, s.param)}", e.id, s.param)
             return self._finish(e, "failed", r)
@@ -250,11 +270,11 @@ class Session:
                 out.append(Result(e.knob, e.target, "unknown", before, desired, None, e.command,
                                   "the setting cannot be read now: the entry stays pending (its prior value kept)", entry=e.id, param=s.param))
                 continue
-            if now == desired:
+            if same(s, now, desired):
                 r = Result(e.knob, e.target, "applied", before, desired, now, e.command, "finished after an interrupted run",
                            f"read back {show(e.knob, now, s.param)}", e.id, s.param)
                 out.append(self._finish(e, "applied", r, "enforce.recover"))
-            elif now == before:
+            elif same(s, now, before):
                 r = Result(e.knob, e.target, "interrupted", before, desired, now, e.command, "the run was interrupted before the change",
                            f"read back {show(e.knob, now, s.param)}: unchanged", e.id, s.param)
                 out.append(self._finish(e, "interrupted", r, "enforce.recover"))
@@ -310,14 +330,14 @@ class Session:
         e = Entry(id=self.journal.next_id(), at=time.time(), by=self.by, why=f"rollback of journal entries {', '.join(str(x.id) for x in entries)}",
                   knob=first.knob, target=first.target, before=to_json(first.knob, now) if ok else None, desired=first.before,
                   command=cmd, state="pending", setting=_setting_json(s))
-        if ok and now == before:
+        if ok and same(s0, now, before):
             r = Result(first.knob, first.target, "restored", now, before, now, cmd, "it already reads its prior value",
                        f"read back {show(first.knob, now, s.param)}", e.id, s.param)
         else:
             self._put(e)
             out = self.actuators.apply(s, self.timeout_s)
             ok2, after = read_setting(self.snapshot(), s)
-            good = ok2 and after == before
+            good = ok2 and same(s, after, before)
             r = Result(first.knob, first.target, "restored" if good else "failed", now if ok else None, before, after if ok2 else None, cmd,
                        out.detail, f"read back {show(first.knob, after, s.param) if ok2 else 'unreadable'}" + ("" if good else f", not {show(first.knob, before, s.param)}"),
                        e.id, s.param)

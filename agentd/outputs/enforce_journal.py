@@ -26,7 +26,9 @@ An entry's ``state``:
 
 ``applied``, ``partial`` and ``pending`` entries are *outstanding*: they hold a prior value
 the node may still need. The journal keeps at most ``MAX_ENTRIES`` entries, dropping the
-oldest that are not outstanding.
+oldest that are not outstanding, then (a setting fixed again at every boot) the applied
+and partial entries of a setting that has an older outstanding one: rollback restores
+the oldest one's prior value.
 
 ``attempts``: the changes tried per setting within this boot (``boot_id``), and the
 settings given up on (``stuck``) until the next boot or `agentd enforce status --reset`.
@@ -117,13 +119,35 @@ class Journal:
             drop = {x.id for x in entries if not x.outstanding}
             drop = set(sorted(drop)[:over])
             entries = [x for x in entries if x.id not in drop]
+        over = len(entries) - MAX_ENTRIES
+        if over > 0:
+            # Still over: outstanding entries of a setting that has an older outstanding one
+            # (a setting fixed again, every boot). Rollback restores the oldest one's prior
+            # value; the later applied/partial ones hold nothing it needs. Pending: kept.
+            oldest: dict[str, int] = {}
+            for x in entries:
+                if x.outstanding:
+                    oldest.setdefault(x.key, x.id)
+            later = sorted(x.id for x in entries if x.state in ("applied", "partial") and oldest.get(x.key) != x.id)
+            drop = set(later[:over])
+            entries = [x for x in entries if x.id not in drop]
         return replace(self, entries=tuple(entries))
 
     def for_boot(self, boot_id: str | None) -> Journal:
-        """A new boot forgets the attempts and what was stuck (the node came up anew)."""
+        """A new boot forgets the attempts and what was stuck (the node came up anew). An
+        entry left pending by a run of an earlier boot is closed (``interrupted``): the
+        reboot reset the runtime setting, and what the node reads now is this boot's, not
+        the outcome of that change (finishing it would roll this boot's value back to
+        another boot's)."""
         if boot_id == self.boot_id:
             return self
-        return replace(self, boot_id=boot_id, attempts={}, stuck={})
+        entries = self.entries
+        if boot_id is not None and self.boot_id is not None:
+            now = time.time()
+            entries = tuple(replace(e, state="interrupted", finished_at=now,
+                                    verify="the node rebooted before this run finished it: its runtime settings started anew")
+                            if e.state == "pending" else e for e in entries)
+        return replace(self, boot_id=boot_id, attempts={}, stuck={}, entries=entries)
 
     def tried(self, key: str) -> Journal:
         return replace(self, attempts={**self.attempts, key: self.attempts.get(key, 0) + 1})

@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 
 from agentd.base import recorded
-from agentd.base.actuation import Outcome, Setting, done, failed
+from agentd.base.actuation import Outcome, Setting, done, failed, renamed
 from agentd.sim.net import Qos, parse_mlnx_qos
 from agentd.sim.node import modules_text
 from agentd.sim.pci import pci_layout
@@ -70,6 +70,12 @@ class SimActuators:
             return failed(f"not a simulated node: {e}")
         v, nd = s.value, s.netdev or ""
         try:
+            if s.netdev is not None and s.ifindex is not None:
+                f = ctx.path(f"{ctx.netdev_dir(nd)}/ifindex") if ctx.hca_of_netdev(nd) or nd == ctx.profile.boot_nic.netdev else None
+                text = f.read_text().strip() if f is not None and f.is_file() else ""
+                refused = renamed(s, int(text) if text.isdigit() else None)
+                if refused is not None:
+                    return refused
             if s.knob == "peermem":
                 return self._peermem(ctx, bool(v))
             if s.knob == "mtu" and isinstance(v, int):
@@ -139,7 +145,10 @@ class SimActuators:
         q = parse_mlnx_qos(p.read_text())
         v = s.value
         if s.knob == "pfc" and isinstance(v, tuple):
-            new = Qos(tuple(int(x) for x in v), q.trust, q.dscp2prio)
+            want = {int(x) for x in v}
+            if s.param is not None:  # priority ``param`` alone, the others as they are now (dcb pfc set ... prio-pfc P:on)
+                want = ({int(x) for x in q.pfc} - {s.param}) | ({s.param} if s.param in want else set())
+            new = Qos(tuple(sorted(want)), q.trust, q.dscp2prio)
         elif s.knob == "trust" and v == "pcp":
             new = Qos(q.pfc, "pcp", None)
         elif s.knob == "trust" and v == "dscp":

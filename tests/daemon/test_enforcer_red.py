@@ -1,0 +1,165 @@
+"""The daemon's enforcer under hostile timing: what it changes must still be what the
+configuration names when the change is made, not only when the turn began."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from agentd import sim
+from agentd.base.actuation import Outcome, Setting
+from agentd.collection.collector import collect_once
+from agentd.config import AgentConfig, load_config
+from agentd.daemon import enforcer as enforcer_mod
+from agentd.daemon.enforcer import Enforcer
+from agentd.daemon.state import State
+from agentd.host.fs import HostRoot
+from agentd.judging.enforce import drift_findings, plan
+from agentd.outputs.maintenance import Maintenance
+from agentd.sim.actuate import SimActuators
+
+pytestmark = pytest.mark.tree
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, object]]] = []
+
+    def _add(self, event: str, **kw: object) -> None:
+        self.lines.append((event, kw))
+
+    info = warning = error = exception = debug = _add
+
+
+class _Daemon:
+    def __init__(self, host: HostRoot, config: AgentConfig, state: State, log: _Log):
+        self.host, self.config, self.state, self.log = host, config, state, log
+        self.full = 0
+
+    def trigger_full(self) -> None:
+        self.full += 1
+
+
+def _config(tmp: Path, root: Path, knobs: str) -> AgentConfig:
+    p = tmp / "agentd.toml"
+    p.write_text(f"[paths]\nstate_dir = \"{tmp / 'state'}\"\n[enforce]\nmode = \"apply\"\nknobs = {knobs}\n")
+    return load_config(p, overrides={"host_root": str(root)})
+
+
+def test_a_reload_that_drops_a_knob_mid_turn_stops_the_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mode apply with mtu and pfc named, in maintenance; the configuration is reloaded
+    (mode off) while the turn changes the MTU: the turn must not go on to change PFC."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens1np0", "pfc_off@ens1np0"])
+    cfg = _config(tmp_path, root, '["mtu", "pfc"]')
+    host = HostRoot.at(root)
+    snap = collect_once(host, cfg)
+    findings = tuple(drift_findings(plan(snap, cfg), "apply"))
+    assert {f.about.name for f in findings} >= {"mtu", "pfc"}
+    state = State(seq=1, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap,
+                  findings=findings, maintenance=Maintenance("test", time.time(), None))
+    daemon = _Daemon(host, cfg, state, _Log())
+    off = cfg.model_copy(update={"enforce": cfg.enforce.model_copy(update={"mode": "off"})})
+    applied: list[str] = []
+
+    class Reloading(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            applied.append(s.knob)
+            daemon.config = off  # SIGHUP landed: the operator turned enforcement off
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Reloading(root))
+    asyncio.run(Enforcer().step(daemon))
+    assert applied == ["mtu"], f"changed after enforcement was turned off: {applied}"
+    assert "PFC configuration" in (root / ".agentd/dcb/ens1np0").read_text()
+
+
+def test_a_node_healthy_while_in_mode_plan_gets_no_boot_grace_window_after_a_reload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boot-grace window is for a node "that has not been healthy yet". The enforcer
+    only looked at health while in mode apply: a node healthy (taking jobs) in mode plan,
+    reloaded into mode apply within boot grace while a critical finding stands, had its
+    settings changed under the running job."""
+    from agentd.judging.findings import finding, netdev_subject
+
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=["mtu_mismatch@ens1np0"])
+    cfg = _config(tmp_path, root, '["mtu"]')
+    cfg = cfg.model_copy(update={"lifecycle": cfg.lifecycle.model_copy(update={"boot_grace_s": 86400.0})})
+    plan_cfg = cfg.model_copy(update={"enforce": cfg.enforce.model_copy(update={"mode": "plan"})})
+    host = HostRoot.at(root)
+    snap = collect_once(host, cfg)
+    snap = snap.model_copy(update={"system": snap.system.model_copy(update={"booted_at": time.time() - 60})})
+    drift = tuple(drift_findings(plan(snap, cfg), "apply"))
+    healthy = State(seq=1, generated_at=time.time(), started_at=time.time(), config=plan_cfg, ready=True, snapshot=snap, findings=drift)
+    daemon = _Daemon(host, plan_cfg, healthy, _Log())
+    e = Enforcer()
+    asyncio.run(e.step(daemon))  # mode plan: the node is healthy (drift is a warning)
+    crit = finding("roce.pfc.disabled", "critical", netdev_subject("ens2np0"), "PFC off")
+    daemon.config = cfg
+    daemon.state = State(seq=2, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap,
+                         findings=(*drift, crit))
+    applied: list[str] = []
+
+    class Recording(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            applied.append(s.target)
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
+    asyncio.run(e.step(daemon))
+    assert applied == [], f"changed in a boot-grace window of a node that had been healthy: {e._window}"
+
+
+def _maintenance_daemon(tmp_path: Path, faults: list[str], knobs: str, **enforce: object) -> tuple[Path, _Daemon]:
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=faults)
+    cfg = _config(tmp_path, root, knobs)
+    cfg = cfg.model_copy(update={"enforce": cfg.enforce.model_copy(update=enforce)})
+    host = HostRoot.at(root)
+    snap = collect_once(host, cfg)
+    st = State(seq=1, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap,
+               findings=tuple(drift_findings(plan(snap, cfg), "apply")), maintenance=Maintenance("test", time.time(), None))
+    return root, _Daemon(host, cfg, st, _Log())
+
+
+def test_at_most_one_change_per_knob_per_interval_and_none_after_max_attempts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setting that never sticks (the interface takes it, something puts it back at once):
+    one try per enforce.interval_s, and none after enforce.max_attempts."""
+    root, daemon = _maintenance_daemon(tmp_path, ["mtu_mismatch@ens1np0"], '["mtu"]', interval_s=3600.0, max_attempts=2)
+    tried: list[str] = []
+
+    class NeverSticks(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            if s.value == 9000:
+                tried.append(s.target)
+                return Outcome(True, "took it")  # and nothing changed
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: NeverSticks(root))
+    e = Enforcer()
+    asyncio.run(e.step(daemon))
+    asyncio.run(e.step(daemon))  # within the interval
+    assert tried == ["ens1np0"]
+    for _ in range(4):
+        e._last_mono.clear()  # the interval passed
+        asyncio.run(e.step(daemon))
+    assert tried == ["ens1np0", "ens1np0"], tried
+    assert "mtu@ens1np0" in e._stuck
+
+
+def test_the_daemon_changes_nothing_while_agentd_enforce_holds_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentd.outputs.enforce_lock import enforce_lock
+
+    root, daemon = _maintenance_daemon(tmp_path, ["mtu_mismatch@ens1np0"], '["mtu"]')
+    tried: list[str] = []
+
+    class Recording(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            tried.append(s.target)
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
+    with enforce_lock(daemon.config.paths.state_dir, wait_s=0) as held:
+        assert held
+        asyncio.run(Enforcer().step(daemon))
+    assert tried == [] and ("enforce.skipped", {"why": "agentd enforce holds the lock"}) in daemon.log.lines
