@@ -66,7 +66,10 @@ async def run_daemon(
             host_, port = addresses[0]
             print(try_this(f"{scheme}://{f'[{host_}]' if ':' in host_ else host_}:{port}"), end="", flush=True)
 
-    return await daemon.run(on_listening=announce)
+    rc = await daemon.run(on_listening=announce)
+    if daemon.start_error is not None:
+        print(f"agentd: cannot serve on {daemon.config.listen}: {daemon.start_error}", file=sys.stderr, flush=True)
+    return rc
 
 
 # `agentd run --simulate` (the demo): kernel log faults hold this long (seconds), where a real

@@ -160,6 +160,7 @@ class Daemon:
         self.history_file = HistoryKeeper(self.log, self.history, self.publisher, host) if persist_history else None
         self._reload_lane = Lane("reload")
         self._reloading = asyncio.Lock()  # SIGHUPs a moment apart: one reload after the other
+        self.start_error: str | None = None  # why run() could not serve (exit 3)
 
     # -- what the HTTP layer reads ---------------------------------------------------
     @property
@@ -472,8 +473,9 @@ class Daemon:
             self._tasks.append(asyncio.create_task(self._tier_loop(tier), name=f"agentd-{tier}"))
 
     async def run(self, *, on_listening: Callable[[list[tuple[str, int]]], None] | None = None) -> int:
-        """Serve until stop() (SIGTERM/SIGINT). 0 on a clean stop; 1 when the HTTP server
-        cannot start (address in use, bad web config)."""
+        """Serve until stop() (SIGTERM/SIGINT). 0 on a clean stop; 3 when the HTTP server
+        cannot start (address in use, bad web config), as for anything else that keeps a
+        command from running; ``start_error`` then says why."""
         loop = asyncio.get_running_loop()
         self._publish_lock, self._stop = asyncio.Lock(), asyncio.Event()
         self._wake = {t: asyncio.Event() for t in TIERS}
@@ -483,8 +485,9 @@ class Daemon:
             server = self.server = await HttpServer.start(build_app(self, middlewares=middlewares), cfg.listen, ServerLimits.from_config(cfg), ssl_context=ssl_context)
             self.addresses = server.addresses
         except (OSError, ConfigError) as e:
-            self.log.error("http.start_failed", listen=cfg.listen, error=str(e) if isinstance(e, ConfigError) else (e.strerror or str(e)))
-            return 1
+            self.start_error = str(e) if isinstance(e, ConfigError) else (e.strerror or str(e))
+            self.log.error("http.start_failed", listen=cfg.listen, error=self.start_error)
+            return 3
         self.log.info("agentd.started", listen=cfg.listen, host_root=str(self.host.root), host_mode=self.host.mode, host_mode_reason=self.host.mode_reason, tls=ssl_context is not None, intervals=cfg.intervals.model_dump())
         signals = {signal.SIGTERM: self.stop, signal.SIGINT: self.stop, signal.SIGHUP: self._on_sighup}
         for sig, handler in signals.items():  # before "serving" is said: a signal sent on it is handled

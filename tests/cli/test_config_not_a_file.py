@@ -80,7 +80,8 @@ def test_run_refuses_a_web_config_that_is_not_a_regular_file(tmp_path: Path, roo
     cfg = tmp_path / "agentd.toml"
     cfg.write_text(f'[web]\nconfig_file = "{web}"\n')
     p = agentd("run", "--config", str(cfg), "--host-root", str(root), "--listen", free_listen())
-    assert p.returncode == 1, p.stderr  # the HTTP server cannot start (docs: exit codes of `agentd run`)
+    assert p.returncode == 3, p.stderr  # the HTTP server cannot start: agentd could not run
+    assert "agentd: cannot serve on" in p.stderr
     assert f"web config {web} is {kind}, not a regular file" in p.stderr
 
 

@@ -259,7 +259,7 @@ async def test_stop_does_not_wait_for_a_hung_collection(tmp_path):
     assert await asyncio.wait_for(task, 5) == 0
 
 
-async def test_bind_failure_returns_1(tmp_path):
+async def test_bind_failure_returns_3_and_says_why(tmp_path):
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
@@ -267,7 +267,8 @@ async def test_bind_failure_returns_1(tmp_path):
     cfg = config(tmp_path).model_copy(update={"listen": f"127.0.0.1:{port}"})
     d, _ = make(tmp_path, cfg=cfg)
     try:
-        assert await asyncio.wait_for(d.run(), 5) == 1
+        assert await asyncio.wait_for(d.run(), 5) == 3  # it could not run, as every command says it
+        assert d.start_error is not None and "in use" in d.start_error
     finally:
         blocker.close()
 
@@ -300,7 +301,7 @@ async def test_bad_web_config_fails_start(tmp_path):
     web.write_text("tls_server_config:\n  cert_file: /nonexistent\n")
     cfg = config(tmp_path).model_copy(update={"web": AgentConfig(web={"config_file": str(web)}).web})
     d, _ = make(tmp_path, cfg=cfg)
-    assert await asyncio.wait_for(d.run(), 5) == 1
+    assert await asyncio.wait_for(d.run(), 5) == 3
 
 
 async def test_sighup_reloads(tmp_path):
