@@ -158,8 +158,9 @@ def clears(kind: Kind) -> str:
         return ("the log keeps its lines: the finding stays for kernel.hold_s (one-off events) or until kernel.window_s "
                 "has passed (repeat rules), or until the node reboots")
     if kind.advancing is not None:
-        return "the counters stay advanced: the finding goes once the rate or flap window has passed them"
-    return "at once (what it changed is restored)"
+        return ("what it changed is restored, so its finding goes at the next collection of that data; the counters "
+                "it advanced stay advanced (as on a real node): a rate or flap finding they raise goes once its window has passed them")
+    return "at the next collection of what it changed (restored), a few seconds; the slow tier's data (modules, PCIe) up to slow_s"
 
 
 def held_note(kind: str) -> str | None:

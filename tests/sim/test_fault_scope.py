@@ -78,7 +78,9 @@ def test_a_kind_shows_exactly_on_the_profiles_its_scope_names(profile, tmp_path)
 def test_list_says_where_each_kind_shows_and_how_it_clears(capsys):
     out = run_cli("simulate", "--list").stdout
     pfc = out[out.index("\npfc_off"):].split("\n")
-    assert pfc[2].startswith("    shows on: h100-roce (") and "roce.pfc.disabled critical" in pfc[3] and "at once" in pfc[4]
+    assert pfc[2].startswith("    shows on: h100-roce (") and "roce.pfc.disabled critical" in pfc[3] and "at the next collection" in pfc[4]
+    down = out[out.index("\nport_down"):].split("\n")
+    assert "its finding goes at the next collection" in down[4] and "stay advanced" in down[4]  # ib.port.down goes; a flap finding waits
     xid = out[out.index("\nxid"):].split("\n")
     assert "kernel.hold_s" in xid[4]
     for kind in sim.FAULT_KINDS:
