@@ -547,9 +547,14 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     host = _host(config)
     path = config.paths.baseline
     if not host.is_live:  # the node's baseline is not this root's (DESIGN.md 3)
+        kept = _kept_baseline(config)
         if args.baseline_command == "reset":
+            daemon = (f"; the one `agentd run` keeps for this root is {kept}: remove that file (with that daemon stopped) "
+                      "to start it over") if kept is not None and kept.exists() else ""
             raise UsageError(f"{_not_the_node(host)}: `agentd baseline reset` resets only the node's own {path}; "
-                             "a baseline recorded with a capture is part of it and is never changed")
+                             f"a baseline recorded with a capture is part of it and is never changed{daemon}")
+        if kept is not None and kept.exists():
+            print(f"agentd: note: `agentd run` on this root keeps its own baseline in {kept} (not shown here)", file=sys.stderr)
         rel = recorded_baseline_path(host)
         shown = host.abs(rel) if rel else f"{host.root} (no recorded answers)"
         try:
@@ -568,6 +573,18 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     print(json_text(b.model_dump(mode="json"), indent=2) if b is not None else f"{path}: no baseline")
     return EXIT_OK
+
+
+def _kept_baseline(config: AgentConfig) -> Path | None:
+    """Where `agentd run` keeps the baseline of a root that is not the node (its
+    ``<root>-out/``, docs/node-state.md); None where it has none (a root at /)."""
+    from agentd.outputs.node_state import moved_paths, state_dir_for
+
+    try:
+        moved = moved_paths(config.paths, state_dir_for(config.host_root)).get("baseline")
+    except ValueError:
+        return None
+    return Path(moved) if moved else None
 
 
 def _user() -> str | None:

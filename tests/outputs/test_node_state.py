@@ -115,6 +115,13 @@ def test_baseline_commands_on_another_root_leave_the_node_baseline_alone(tmp_pat
     show = run_agentd("baseline", "show", "--host-root", str(root), "--config", str(cfg))
     assert show.returncode == 0 and json.loads(show.stdout)["hostname"] == "sim-h100-ib-01"
     assert paths["baseline"].read_text() == "the node's baseline\n"
+    kept = Path(f"{root}-out") / "baseline.json"  # what `agentd run --host-root` on it keeps
+    kept.parent.mkdir()
+    kept.write_text("{}")
+    show = run_agentd("baseline", "show", "--host-root", str(root), "--config", str(cfg))
+    assert show.returncode == 0 and str(kept) in show.stderr  # said, not shown
+    reset = run_agentd("baseline", "reset", "--host-root", str(root), "--config", str(cfg))
+    assert reset.returncode == 3 and str(kept) in reset.stderr and kept.read_text() == "{}"
 
 
 # -- (b) the daemon on a simulated node ------------------------------------------------
