@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="node profile")
     p.add_argument("--out", type=Path, help="directory to write the host root into")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC", help="KIND[@TARGET][=VALUE] (repeatable)")
-    p.add_argument("--clear-fault", action="append", default=[], metavar="SPEC", help="undo a fault in an existing root given by --out")
+    p.add_argument("--clear-fault", action="append", default=[], metavar="SPEC", help="undo a fault in an existing root given by --out (repeatable; clears go before the --fault ones)")
     p.add_argument("--booted-ago", type=float, metavar="SECONDS", help="the node booted this long ago (default: 3 days before the build); without --profile: change an existing root given by --out")
     p.add_argument("--list", action="store_true", help="list profiles and fault kinds")
 
@@ -513,11 +513,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.clear_fault or (args.fault and args.profile is None):
             profile = sim.root_profile(args.out)
             notes = []
-            for spec in args.fault:
-                f = sim.apply_fault(args.out, spec)
-                note = fault_scope.unseen_note(f.kind, profile)
-                if note is not None:
-                    notes.append(f"{note}; see `{cmd} simulate --list`")
+            # clears first, then faults: "--clear-fault old --fault new" ends with new
+            # applied (a clear restores what its fault changed, which a new fault may share)
             for spec in args.clear_fault:
                 before = sim.applied_faults(args.out)
                 f = sim.clear_fault(args.out, spec)
@@ -525,6 +522,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                     notes.append(f"{spec} was not applied: nothing to clear")
                 elif (held := fault_scope.held_note(f.kind)) is not None:
                     notes.append(f"{spec}: {held}")
+            for spec in args.fault:
+                f = sim.apply_fault(args.out, spec)
+                note = fault_scope.unseen_note(f.kind, profile)
+                if note is not None:
+                    notes.append(f"{note}; see `{cmd} simulate --list`")
             print(f"{args.out}: faults updated")
             for note in notes:
                 print(f"agentd: note: {note}", file=sys.stderr)

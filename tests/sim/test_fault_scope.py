@@ -85,3 +85,17 @@ def test_list_says_where_each_kind_shows_and_how_it_clears(capsys):
     assert "kernel.hold_s" in xid[4]
     for kind in sim.FAULT_KINDS:
         assert f"\n{kind}" in out
+
+
+@pytest.mark.tree
+def test_clears_go_before_faults_whatever_the_order_given(tmp_path):
+    """`--clear-fault peermem_gone --fault no_gdr`: the clear restores peermem, then no_gdr
+    takes it away again (with clears after faults the clear undid what no_gdr needs)."""
+    import json
+
+    root = sim.build_tree("h100-ib", tmp_path / "root")
+    sim.apply_fault(root, "peermem_gone")
+    assert run_cli("simulate", "--out", str(root), "--fault", "no_gdr", "--clear-fault", "peermem_gone").returncode == 0
+    assert [f.split("@")[0] for f in sim.applied_faults(root)] == ["no_gdr"]
+    doc = json.loads(run_cli("check", "--host-root", str(root), "--format", "json").stdout)
+    assert ("gdr.unavailable", "critical") in {(f["code"], f["severity"]) for f in doc["findings"]}
