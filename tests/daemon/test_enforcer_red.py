@@ -49,6 +49,19 @@ def _config(tmp: Path, root: Path, knobs: str) -> AgentConfig:
     return load_config(p, overrides={"host_root": str(root)})
 
 
+def _record_changes(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+    """The targets the daemon's turns change from now on (the simulated node's actuators)."""
+    changed: list[str] = []
+
+    class Recording(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            changed.append(s.target)
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
+    return changed
+
+
 def test_a_reload_that_drops_a_knob_mid_turn_stops_the_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mode apply with mtu and pfc named, in maintenance; the configuration is reloaded
     (mode off) while the turn changes the MTU: the turn must not go on to change PFC."""
@@ -99,14 +112,7 @@ def test_a_node_healthy_while_in_mode_plan_gets_no_boot_grace_window_after_a_rel
     daemon.config = cfg
     daemon.state = State(seq=2, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap,
                          findings=(*drift, crit))
-    applied: list[str] = []
-
-    class Recording(SimActuators):
-        def apply(self, s: Setting, timeout_s: float) -> Outcome:
-            applied.append(s.target)
-            return super().apply(s, timeout_s)
-
-    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
+    applied = _record_changes(monkeypatch, root)
     asyncio.run(e.step(daemon))
     assert applied == [], f"changed in a boot-grace window of a node that had been healthy: {e._window}"
 
@@ -151,14 +157,7 @@ def test_the_daemon_changes_nothing_while_agentd_enforce_holds_the_lock(tmp_path
     from agentd.outputs.enforce_lock import enforce_lock
 
     root, daemon = _maintenance_daemon(tmp_path, ["mtu_mismatch@ens1np0"], '["mtu"]')
-    tried: list[str] = []
-
-    class Recording(SimActuators):
-        def apply(self, s: Setting, timeout_s: float) -> Outcome:
-            tried.append(s.target)
-            return super().apply(s, timeout_s)
-
-    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: Recording(root))
+    tried = _record_changes(monkeypatch, root)
     with enforce_lock(daemon.config.paths.state_dir, wait_s=0) as held:
         assert held
         asyncio.run(Enforcer().step(daemon))

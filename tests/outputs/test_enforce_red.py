@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from agentd import sim
-from agentd.base.actuation import Outcome, Setting
+from agentd.base.actuation import Actuators, Outcome, Setting
 from agentd.cli import main
-from agentd.config import load_config
+from agentd.config import AgentConfig, load_config
 from agentd.host import actuators as live
 from agentd.host import dcb
 from agentd.host.fs import HostRoot
@@ -22,6 +22,17 @@ from agentd.outputs.enforce_journal import journal_path, save_journal
 from agentd.sim.actuate import SimActuators
 
 pytestmark = pytest.mark.tree
+
+
+class _Log:
+    def info(self, event: str, **kw: object) -> None: ...
+
+    warning = info
+
+
+def _session(tmp_path: Path, host: HostRoot, cfg: AgentConfig, actuators: Actuators) -> Session:
+    return Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=actuators,
+                   collect=collector_for(host, cfg), by="cli:test", log=_Log())
 
 
 def _cfg(tmp: Path, knobs: str) -> Path:
@@ -83,13 +94,7 @@ def test_a_read_back_whose_probe_failed_is_not_judged_from_the_earlier_reading(t
             monkeypatch.setattr(dcb, "read_pfc", broken)
             return out
 
-    class Log:
-        def info(self, event: str, **kw: object) -> None: ...
-
-        warning = info
-
-    s = Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=ThenDcbFails(root),
-                collect=collector_for(host, cfg), by="cli:test", log=Log())
+    s = _session(tmp_path, host, cfg, ThenDcbFails(root))
     (c,) = s.plan(["pfc"]).drift
     try:
         r = s.apply(c)
@@ -112,13 +117,7 @@ def test_pfc_on_another_priority_set_between_plan_and_apply_is_kept(tmp_path: Pa
     host = HostRoot.at(root)
     dcb_file = root / ".agentd/dcb/ens4np0"
 
-    class Log:
-        def info(self, event: str, **kw: object) -> None: ...
-
-        warning = info
-
-    s = Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=SimActuators(root),
-                collect=collector_for(host, cfg), by="cli:test", log=Log())
+    s = _session(tmp_path, host, cfg, SimActuators(root))
     (c,) = s.plan(["pfc"]).drift
     assert c.current == () and c.desired == (3,)
     text = dcb_file.read_text()
@@ -141,13 +140,7 @@ def test_a_netdev_renamed_between_plan_and_apply_is_not_changed(tmp_path: Path) 
     cfg = load_config(_cfg(tmp_path, '["mtu"]'), overrides={"host_root": str(root)})
     host = HostRoot.at(root)
 
-    class Log:
-        def info(self, event: str, **kw: object) -> None: ...
-
-        warning = info
-
-    s = Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=SimActuators(root),
-                collect=collector_for(host, cfg), by="cli:test", log=Log())
+    s = _session(tmp_path, host, cfg, SimActuators(root))
     (c,) = s.plan(["mtu"]).drift
     d = Path(os.path.realpath(root / "sys/class/net/ens2np0"))
     ifindex = int((d / "ifindex").read_text())
@@ -164,14 +157,8 @@ def test_a_rollback_after_a_driver_reload_restores_the_device_of_that_name(tmp_p
     cfg = load_config(_cfg(tmp_path, '["mtu"]'), overrides={"host_root": str(root)})
     host = HostRoot.at(root)
 
-    class Log:
-        def info(self, event: str, **kw: object) -> None: ...
-
-        warning = info
-
     def session() -> Session:
-        return Session(host=host, config=cfg, state_dir=tmp_path / "state", actuators=SimActuators(root),
-                       collect=collector_for(host, cfg), by="cli:test", log=Log())
+        return _session(tmp_path, host, cfg, SimActuators(root))
 
     s = session()
     (c,) = s.plan(["mtu"]).drift
