@@ -64,11 +64,12 @@ class _Job:
 
 
 def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tuple[str, ...], log: Log,
-               current: Callable[[], AgentConfig] | None = None) -> _Job:
+               current: Callable[[], AgentConfig] | None = None, closed: Callable[[], str | None] | None = None) -> _Job:
     """One turn, in the lane: recover what a killed run left, then at most one change per
     knob of ``knobs``, re-planned after each (the QoS chain's knobs build on each other).
     ``current``: the daemon's configuration now; before each change the knob must still be
-    named and the mode still apply (a reload while the turn runs stops it there)."""
+    named and the mode still apply (a reload while the turn runs stops it there).
+    ``closed``: why the window the turn was opened in has closed since (None: open)."""
     actuators = actuators_for(host, config)
     if actuators is None:
         return _Job((), {}, {}, "an offline root is never changed")
@@ -85,6 +86,9 @@ def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tupl
             if now.enforce.mode != "apply" or knob not in now.enforce.knobs:
                 log.info("enforce.reloaded", knob=knob, effect="not changed: the configuration no longer names it in mode apply")
                 continue
+            if closed is not None and (why := closed()) is not None:
+                log.info("enforce.window_closed", knob=knob, why=why, effect="not changed: the turn stops here")
+                break
             for c in [x for x in p.changes if x.knob == knob and x.applicable]:
                 if c.key in s.journal.stuck:
                     continue
@@ -193,7 +197,12 @@ class Enforcer:
         for k in due:
             self._last_mono[k] = now_mono
         daemon.log.info("enforce.window", knobs=list(due), why=self._window[1])
-        job = functools.partial(_apply_job, daemon.host, config, state_dir, due, daemon.log, lambda: daemon.config)
+        in_maintenance = st.maintenance is not None
+
+        def closed() -> str | None:  # read in the lane: State is replaced whole, never changed
+            return "maintenance ended" if in_maintenance and daemon.state.maintenance is None else None
+
+        job = functools.partial(_apply_job, daemon.host, config, state_dir, due, daemon.log, lambda: daemon.config, closed)
         limit = (len(due) * 3 + 2) * (cfg.change_timeout_s + 2 * max(config.timeouts.probe_s, config.timeouts.nvml_s))
         try:
             done = await await_future(self.lane.submit(job)[0], limit)

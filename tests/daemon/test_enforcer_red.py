@@ -4,6 +4,7 @@ configuration names when the change is made, not only when the turn began."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 
@@ -87,6 +88,24 @@ def test_a_reload_that_drops_a_knob_mid_turn_stops_the_turn(tmp_path: Path, monk
     asyncio.run(Enforcer().step(daemon))
     assert applied == ["mtu"], f"changed after enforcement was turned off: {applied}"
     assert "PFC configuration" in (root / ".agentd/dcb/ens1np0").read_text()
+
+
+def test_maintenance_ending_mid_turn_stops_the_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turn opened in maintenance; `agentd maintenance off` lands while it changes the
+    MTU: jobs may start now, so it must not go on to change PFC."""
+    root, daemon = _maintenance_daemon(tmp_path, ["mtu_mismatch@ens1np0", "pfc_off@ens1np0"], '["mtu", "pfc"]')
+    applied: list[str] = []
+
+    class MaintenanceEnds(SimActuators):
+        def apply(self, s: Setting, timeout_s: float) -> Outcome:
+            applied.append(s.knob)
+            daemon.state = dataclasses.replace(daemon.state, maintenance=None)
+            return super().apply(s, timeout_s)
+
+    monkeypatch.setattr(enforcer_mod, "actuators_for", lambda h, c: MaintenanceEnds(root))
+    asyncio.run(Enforcer().step(daemon))
+    assert applied == ["mtu"], f"changed after maintenance ended: {applied}"
+    assert ("enforce.window_closed", {"knob": "pfc", "why": "maintenance ended", "effect": "not changed: the turn stops here"}) in daemon.log.lines
 
 
 def test_a_node_healthy_while_in_mode_plan_gets_no_boot_grace_window_after_a_reload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
