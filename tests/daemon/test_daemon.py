@@ -62,8 +62,10 @@ def fake_evaluate(findings=()):
 
 def config(tmp_path, **intervals) -> AgentConfig:
     iv = Intervals(fast_s=0.05, medium_s=0.1, slow_s=0.2, stale_after=20, **intervals)
-    # rtnetlink off: tests that make the root live ("/") must not see the host's own link changes
-    c = AgentConfig(intervals=iv, nccl={"enabled": False}, paths={"baseline": str(tmp_path / "baseline.json")}, events={"rtnetlink": "off"})
+    # rtnetlink and kmsg off: tests that make the root live ("/") must not see the host's own
+    # link changes or kernel log lines (a veth another test makes logs one: a collection more)
+    c = AgentConfig(intervals=iv, nccl={"enabled": False}, paths={"baseline": str(tmp_path / "baseline.json")},
+                    events={"rtnetlink": "off", "kmsg": "off"})
     return c.model_copy(update={"listen": "127.0.0.1:0"})
 
 
