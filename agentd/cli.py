@@ -182,12 +182,18 @@ def _config(args: argparse.Namespace, **extra: JsonValue) -> AgentConfig:
 _CAPTURES: dict[Path, Path] = {}
 
 
-def _root_name(root: Path) -> str:
-    """A host root as messages name it: ``host root DIR``, or ``capture FILE (unpacked in DIR)``."""
+def _capture_of(root: Path) -> Path | None:
+    """The capture file ``root`` was unpacked from by this process (None: not one)."""
     for unpacked, file in _CAPTURES.items():
         if os.path.realpath(unpacked) == os.path.realpath(root):
-            return f"capture {file} (unpacked in {root})"
-    return f"host root {root}"
+            return file
+    return None
+
+
+def _root_name(root: Path) -> str:
+    """A host root as messages name it: ``host root DIR``, or ``capture FILE (unpacked in DIR)``."""
+    file = _capture_of(root)
+    return f"capture {file} (unpacked in {root})" if file is not None else f"host root {root}"
 
 
 def _host(config: AgentConfig, *, judged: bool = False) -> HostRoot:
@@ -448,6 +454,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         raise UsageError(f"{_not_the_node(host)}: its NCCL files are not the node's {config.paths.nccl_env}, "
                          f"{config.paths.nccl_conf} and {config.paths.nccl_topo}; give --out-dir DIR to write (or --diff against) them there")
     snap, history = _collect(config, rate_window=False, host=host)
+    if (capture := _capture_of(host.root)) is not None:  # the files name the capture, not a directory gone at exit
+        snap = snap.model_copy(update={"host_root": str(capture)})
     if args.out_dir is not None:
         targets = {"env": args.out_dir / "nccl.env", "conf": args.out_dir / "nccl.conf", "topo": args.out_dir / "nccl-topo.xml"}
     else:

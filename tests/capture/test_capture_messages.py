@@ -41,3 +41,8 @@ def test_notes_on_a_replayed_capture_name_the_file(shared_tree, tmp_path):
     r = run_cli("check", "--host-root", str(cap), env={"AGENTD_INTERVALS__CHECK_RATE_WINDOW_S": "0"})
     assert r.returncode in (0, 1), r.stderr  # judged (a slow NVML read on a loaded machine is a warning)
     assert f"agentd: note: capture {cap} (unpacked in " in r.stderr
+    out = tmp_path / "nccl"
+    r = run_cli("render", "--host-root", str(cap), "--out-dir", str(out), env={"AGENTD_INTERVALS__CHECK_RATE_WINDOW_S": "0"})
+    assert r.returncode == 0, r.stderr
+    header = [line for line in (out / "nccl.conf").read_text().splitlines() if line.startswith("# host root: ")]
+    assert header == [f"# host root: {cap}"]  # not the directory it was unpacked in, gone at exit
