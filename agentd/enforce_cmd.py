@@ -186,7 +186,7 @@ def _status(args: argparse.Namespace, config: AgentConfig, state_dir: Path) -> i
                 raise EnforceError(f"cannot write {path}: {res.error}")
             print(f"agentd: {path}: attempts and stuck settings of this boot forgotten", file=sys.stderr)
     try:
-        j = load_journal(path)
+        j = load_journal(path, set_aside=False)  # read-only, without the lock
     except (JournalError, OSError) as e:
         raise EnforceError(str(e)) from None
     last = last_outcomes(j)

@@ -108,7 +108,7 @@ def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tupl
 
 def _read_stuck(host: HostRoot, config: AgentConfig) -> tuple[dict[str, str], dict[str, int]]:
     """This boot's stuck settings and attempts, as the journal holds them (a new boot: none)."""
-    j = load_journal(journal_path(config.paths.state_dir)).for_boot(node_now(host, str(config.host_root))[1])
+    j = load_journal(journal_path(config.paths.state_dir), set_aside=False).for_boot(node_now(host, str(config.host_root))[1])  # without the lock: change nothing
     return dict(j.stuck), dict(j.attempts)
 
 

@@ -191,10 +191,12 @@ def render_journal(j: Journal) -> str:
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 
-def load_journal(path: Path | str) -> Journal:
+def load_journal(path: Path | str, *, set_aside: bool = True) -> Journal:
     """The journal at ``path``; an empty one when there is none. One that cannot be read
     as a journal is renamed aside (``note`` says where) and an empty one returned;
-    JournalError when that fails, OSError when it cannot even be read."""
+    JournalError when that fails, OSError when it cannot even be read. A reader that
+    does not hold the enforcement lock (``set_aside=False``: `enforce status`, the daemon's
+    look at what is stuck) gets a JournalError instead and changes nothing."""
     path = Path(path)
     try:
         data = read_regular(path, MAX_BYTES)
@@ -203,6 +205,8 @@ def load_journal(path: Path | str) -> Journal:
     try:
         return parse_journal(data)
     except (ValueError, TypeError, KeyError, RecursionError) as e:
+        if not set_aside:
+            raise JournalError(f"{path} is not a journal ({e}); the next `agentd enforce apply` or rollback sets it aside") from None
         aside = path.with_name(f"{path.name}.bad-{int(time.time())}")
         try:
             os.replace(path, aside)

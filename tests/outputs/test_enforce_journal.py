@@ -51,6 +51,19 @@ def test_a_file_that_is_not_a_journal_is_set_aside(tmp_path: Path) -> None:
     assert aside.read_text() == "{ not json" and not path.exists()
 
 
+def test_enforce_status_reads_a_damaged_journal_without_moving_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`agentd enforce status` is read-only and takes no lock: a damaged journal is said,
+    and left where it is for the next apply or rollback (which hold the lock) to set aside."""
+    from agentd.cli import main
+
+    (tmp_path / "agentd.toml").write_text(f'[paths]\nstate_dir = "{tmp_path}"\n[enforce]\nknobs = ["mtu"]\n')
+    path = journal_path(tmp_path)
+    path.write_text("{ not json")
+    assert main(["enforce", "status", "--config", str(tmp_path / "agentd.toml")]) == 3
+    assert "is not a journal" in capsys.readouterr().err
+    assert path.read_text() == "{ not json" and list(tmp_path.glob("enforce-journal.json.bad-*")) == []
+
+
 def test_a_file_that_cannot_be_set_aside_stops_every_change(tmp_path: Path) -> None:
     path = journal_path(tmp_path)
     path.write_text("[]")
