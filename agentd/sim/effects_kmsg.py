@@ -76,18 +76,20 @@ def append(ctx: Ctx, messages: list[tuple[int, str]]) -> None:
 
 
 def _uptime_usec(ctx: Ctx) -> int:
-    """Microseconds since the simulated node booted: now minus its ``btime``, else the
-    uptime its tree was built with."""
+    """Microseconds since the simulated node booted: now minus its ``btime``, and never
+    before the uptime its tree was built with (``proc/uptime``, rounded to 10 ms)."""
+    now = written = 0
     try:
         m = _BTIME.search(read_regular(ctx.path(PROC_STAT), 1 << 20))
         if m is not None:
-            return max(0, int((time.time() - int(m.group(1))) * 1_000_000))
+            now = max(0, int((time.time() - int(m.group(1))) * 1_000_000))
     except (OSError, ValueError, OverflowError):
         pass
     try:
-        return int(float(read_regular(ctx.path(PROC_UPTIME), 4096).split()[0]) * 1_000_000)
+        written = int(float(read_regular(ctx.path(PROC_UPTIME), 4096).split()[0]) * 1_000_000)
     except (OSError, ValueError, IndexError, OverflowError):
-        return 0
+        pass
+    return max(now, written)
 
 
 def _bus(t: Target) -> str:

@@ -180,12 +180,13 @@ def test_simulate_booted_ago(tmp_path, capsys):
 
 @pytest.mark.tree
 def test_a_kernel_fault_on_a_node_up_for_days_is_dated_now(tmp_path):
-    """Records the simulator appends come after the tree's uptime, so a reader that dates
-    them by it (agentd.host.kernel_log) sees them as just logged."""
+    """Records the simulator appends are stamped at the node's uptime now (never before
+    the uptime its tree was built with), so a reader that dates them
+    (agentd.host.kernel_log) sees them as just logged."""
     root = sim.build_tree("h100-ib", tmp_path / "node", faults=["xid"])
     uptime = parse_uptime((root / "proc/uptime").read_text())
     first = (root / "dev/kmsg").read_text().splitlines()[0]
-    assert uptime is not None and int(first.split(",")[2]) / 1e6 > uptime
+    assert uptime is not None and int(first.split(",")[2]) / 1e6 >= uptime
 
 
 @pytest.mark.tree
