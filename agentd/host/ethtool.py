@@ -202,14 +202,15 @@ def parse_ethtool_s(text: str) -> dict[str, int] | None:
 
 
 def read_recorded_per_netdev(ctx: ReadContext, kind: str, names: Sequence[str], parse: Callable[[str], T | None],
-                             unparsable: str, *, empty: str | None = None, max_bytes: int = SIM_MAX_BYTES) -> dict[str, T]:
-    """``{netdev: parse(text)}`` from the recorded answers ``<answers>/<kind>/<netdev>`` (a
-    capture or a simulated node: `ethtool -S`, `mlnx_qos -i`, `ethtool -a` text). No file:
+                             unparsable: str, *, empty: str | None = None, max_bytes: int = SIM_MAX_BYTES, suffix: str = "") -> dict[str, T]:
+    """``{netdev: parse(text)}`` from the recorded answers ``<answers>/<kind>/<netdev><suffix>``
+    (a capture or a simulated node: `ethtool -S`, `mlnx_qos -i`, `ethtool -a` text, ethtool
+    netlink answers as ``.json``). No file:
     nothing recorded for that netdev; a name that is not an interface name, text ``parse``
     refuses (None), or (with ``empty``) a result that is empty: a read error for that netdev."""
     out: dict[str, T] = {}
     for name in names:
-        path = f"{ctx.host.answers}/{kind}/{name}"
+        path = f"{ctx.host.answers}/{kind}/{name}{suffix}"
         if not valid_ifname(name):
             ctx.error(path, "unreadable", "invalid interface name")
             continue

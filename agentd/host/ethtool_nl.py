@@ -41,7 +41,7 @@ from typing import Any
 from agentd.base import recorded
 from agentd.base.jsontypes import JsonObject
 from agentd.host.dcb import NetlinkError, iter_attrs
-from agentd.host.ethtool import valid_ifname
+from agentd.host.ethtool import read_recorded_per_netdev, valid_ifname
 from agentd.host.fs import ReadContext
 from agentd.host.genl import Genl, attrs_of, nest, strz, u32, unsigned
 from agentd.model import FecBin, FecStats, PhyLink
@@ -253,27 +253,18 @@ def _read_live(ctx: ReadContext, names: Sequence[str]) -> dict[str, JsonObject]:
     return out
 
 
+def _json_object(text: str) -> JsonObject | None:
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def read_recorded_answers(ctx: ReadContext, names: Sequence[str]) -> dict[str, dict[str, Any]]:  # Any: JSON
     """``{netdev: answers}`` from ``.agentd/ethtool-netlink/<if>.json`` (no file: none)."""
-    out: dict[str, JsonObject] = {}
-    for name in names:
-        path = f"{ctx.host.answers}/{recorded.ETHTOOL_NETLINK}/{name}.json"
-        if not valid_ifname(name):
-            ctx.error(path, "unreadable", "invalid interface name")
-            continue
-        text = ctx.text(path, max_bytes=SIM_MAX_BYTES)
-        if text is None:
-            continue
-        try:
-            doc = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            ctx.error(path, "unparsable", f"not JSON: {e}")
-            continue
-        if not isinstance(doc, dict):
-            ctx.error(path, "unparsable", "not a JSON object")
-            continue
-        out[name] = doc
-    return out
+    return read_recorded_per_netdev(ctx, recorded.ETHTOOL_NETLINK, names, _json_object, "not a JSON object of ethtool netlink answers",
+                                    max_bytes=SIM_MAX_BYTES, suffix=".json")
 
 
 def read_phy(ctx: ReadContext, names: Sequence[str]) -> dict[str, PhyLink]:
