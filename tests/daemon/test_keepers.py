@@ -109,10 +109,11 @@ async def test_a_hung_maintenance_read_costs_one_timeout_and_one_log_line(tmp_pa
     m = MaintenanceFollower(log)
     try:
         await m.follow(config, "fast", None)
+        patient = config.model_copy(update={"timeouts": config.timeouts.model_copy(update={"probe_s": 5.0})})
         t0 = time.monotonic()
         for _ in range(3):
-            await m.follow(config, "fast", None)
-        assert time.monotonic() - t0 < 0.1
+            await m.follow(patient, "fast", None)
+        assert time.monotonic() - t0 < 2.0  # none of them waited (each would wait its 5 s for the hung read)
         assert log.names() == ["maintenance.read_failed"] and not m.held
     finally:
         release.set()
