@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -192,7 +193,7 @@ def _status(args: argparse.Namespace, config: AgentConfig, state_dir: Path) -> i
     last = last_outcomes(j)
     wanted = [k for k in KNOBS if k in (args.knob or config.enforce.knobs or KNOBS)]
     doc = {"journal": str(path), "boot_id": j.boot_id, "mode": config.enforce.mode, "knobs": list(config.enforce.knobs),
-           "attempts": j.attempts, "stuck": j.stuck,
+           "attempts": j.attempts, "stuck": j.stuck, "healthy_at": j.healthy_at,
            "last": {k: {"state": e.state, "target": e.target, "at": e.at, "by": e.by, "verify": e.verify, "entry": e.id}
                     for k, e in last.items() if k in wanted},
            "outstanding": [e.to_json() for e in j.outstanding()], "entries": [e.to_json() for e in j.entries if e.knob in wanted]}
@@ -200,6 +201,9 @@ def _status(args: argparse.Namespace, config: AgentConfig, state_dir: Path) -> i
     for k in wanted:
         le = last.get(k)
         lines.append(f"  {k}: " + (f"{le.state} {printable(le.target)} by {le.by} ({le.verify or le.detail})" if le else "never changed"))
+    if j.healthy_at is not None:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(j.healthy_at))
+        lines.append(f"  the daemon saw the node healthy at {when} (boot {printable(j.boot_id or '?')}): no boot-grace window in that boot")
     for key, why in sorted(j.stuck.items()):
         lines.append(f"  stuck {printable(key)}: {why} (`agentd enforce status --reset` to try again)")
     outstanding = j.outstanding(wanted)

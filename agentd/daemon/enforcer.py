@@ -33,7 +33,7 @@ from agentd.host.runner import Lane, await_future
 from agentd.judging.enforce import APPLY_ORDER, DRIFT_CODE, Stuck, apply_window, stuck_findings
 from agentd.model import Finding
 from agentd.outputs.enforce import Result, Session, actuators_for, collector_for, give_up
-from agentd.outputs.enforce_journal import journal_path, load_journal
+from agentd.outputs.enforce_journal import journal_path, load_journal, save_journal
 from agentd.outputs.enforce_lock import enforce_lock
 from agentd.outputs.history_store import node_now
 from agentd.records import EnforceKnob, EnforceStatus
@@ -106,10 +106,30 @@ def _apply_job(host: HostRoot, config: AgentConfig, state_dir: Path, knobs: tupl
         return _Job(tuple(results), dict(s.journal.stuck), dict(s.journal.attempts))
 
 
-def _read_stuck(host: HostRoot, config: AgentConfig) -> tuple[dict[str, str], dict[str, int]]:
-    """This boot's stuck settings and attempts, as the journal holds them (a new boot: none)."""
-    j = load_journal(journal_path(config.paths.state_dir), set_aside=False).for_boot(node_now(host, str(config.host_root))[1])  # without the lock: change nothing
-    return dict(j.stuck), dict(j.attempts)
+def _read_stuck(host: HostRoot, config: AgentConfig) -> tuple[dict[str, str], dict[str, int], bool]:
+    """This boot's stuck settings and attempts, as the journal holds them (a new boot: none),
+    and whether a daemon saw the node healthy earlier this boot (a boot it can name)."""
+    boot = node_now(host, str(config.host_root))[1]
+    j = load_journal(journal_path(config.paths.state_dir), set_aside=False).for_boot(boot)  # without the lock: change nothing
+    return dict(j.stuck), dict(j.attempts), boot is not None and j.healthy_at is not None
+
+
+def _mark_healthy(host: HostRoot, config: AgentConfig, at: float) -> bool:
+    """Record in the journal that the node was healthy this boot, so that a daemon
+    restarted later in the boot opens no boot-grace window either. False: not recorded
+    (`agentd enforce` holds the lock, or the boot cannot be named): try again later."""
+    boot = node_now(host, str(config.host_root))[1]
+    if boot is None:
+        return False
+    state_dir = config.paths.state_dir
+    with enforce_lock(state_dir, wait_s=0) as held:
+        if not held:
+            return False
+        path = journal_path(state_dir)
+        j = load_journal(path).for_boot(boot)
+        if j.healthy_at is None:
+            save_journal(path, replace(j, healthy_at=at, note=""))
+        return True
 
 
 class Enforcer:
@@ -121,6 +141,8 @@ class Enforcer:
         self._attempts: dict[str, int] = {}
         self._stuck_read_mono = -1e9
         self._healthy_seen = False
+        self._healthy_kept = False  # the journal says so too (a restart in this boot knows it)
+        self._healthy_try_mono = -1e9
         self._window: tuple[bool, str] = (False, "")
 
     # -- what the State shows -------------------------------------------------------
@@ -163,10 +185,25 @@ class Enforcer:
         if st.ready and not self._healthy_seen and not any(f.severity == "critical" for f in st.findings):
             self._healthy_seen = True
 
+    async def _keep_healthy(self, daemon: EnforcerHost) -> None:
+        """Write down (once, in the lane) that the node has been healthy this boot."""
+        now_mono = time.monotonic()
+        if now_mono - self._healthy_try_mono < IDLE_S:
+            return
+        self._healthy_try_mono = now_mono
+        config = daemon.config
+        try:
+            self._healthy_kept = await await_future(self.lane.submit(_mark_healthy, daemon.host, config, time.time())[0], config.timeouts.probe_s)
+        except Exception as e:
+            daemon.log.warning("enforce.journal_unwritable", path=str(journal_path(config.paths.state_dir)), error=f"{type(e).__name__}: {e}",
+                               effect="a daemon restarted in this boot may open a boot-grace window again")
+
     async def step(self, daemon: EnforcerHost) -> None:
         config, st = daemon.config, daemon.state
         cfg = config.enforce
         self._observe(st)  # in every mode: a node healthy in mode plan has had its boot-grace window
+        if self._healthy_seen and not self._healthy_kept and cfg.mode != "off" and cfg.knobs:
+            await self._keep_healthy(daemon)
         if cfg.mode != "apply" or not cfg.knobs or not st.ready or st.snapshot is None:
             self._window = (False, "")
             return
@@ -175,8 +212,10 @@ class Enforcer:
         now_mono = time.monotonic()
         if now_mono - self._stuck_read_mono >= min(60.0, cfg.interval_s):
             try:
-                self._stuck, self._attempts = await await_future(self.lane.submit(_read_stuck, daemon.host, config)[0], timeout)
+                self._stuck, self._attempts, healthy = await await_future(self.lane.submit(_read_stuck, daemon.host, config)[0], timeout)
                 self._stuck_read_mono = now_mono
+                if healthy:  # an earlier daemon of this boot saw the node healthy
+                    self._healthy_seen = self._healthy_kept = True
             except Exception as e:
                 daemon.log.warning("enforce.journal_unreadable", path=str(journal_path(state_dir)), error=f"{type(e).__name__}: {e}")
         drifting = {f.about.name for f in st.findings if f.code == DRIFT_CODE and f.about.kind == "setting" and f.about.name}

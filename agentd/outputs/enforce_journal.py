@@ -32,6 +32,9 @@ the oldest one's prior value.
 
 ``attempts``: the changes tried per setting within this boot (``boot_id``), and the
 settings given up on (``stuck``) until the next boot or `agentd enforce status --reset`.
+``healthy_at``: when the daemon first saw the node healthy this boot. From then on its
+boot-grace window is over (agentd.judging.enforce.apply_window), also for a daemon
+restarted later in the same boot.
 A file that does not parse is set aside (renamed ``.bad-<time>``) and a new one started:
 its prior values are then lost, which the set-aside file still holds for a person.
 """
@@ -39,6 +42,7 @@ its prior values are then lost, which the set-aside file still holds for a perso
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -101,6 +105,7 @@ class Journal:
     boot_id: str | None = None
     attempts: dict[str, int] = field(default_factory=dict)  # setting key -> tries this boot
     stuck: dict[str, str] = field(default_factory=dict)  # setting key -> the last outcome
+    healthy_at: float | None = None  # the node first seen healthy this boot (unix s)
     note: str = ""  # why it started empty (set aside), for the caller to say
 
     def next_id(self) -> int:
@@ -147,7 +152,7 @@ class Journal:
             entries = tuple(replace(e, state="interrupted", finished_at=now,
                                     verify="the node rebooted before this run finished it: its runtime settings started anew")
                             if e.state == "pending" else e for e in entries)
-        return replace(self, boot_id=boot_id, attempts={}, stuck={}, entries=entries)
+        return replace(self, boot_id=boot_id, attempts={}, stuck={}, healthy_at=None, entries=entries)
 
     def tried(self, key: str) -> Journal:
         return replace(self, attempts={**self.attempts, key: self.attempts.get(key, 0) + 1})
@@ -177,17 +182,21 @@ def parse_journal(data: bytes) -> Journal:
     stuck = doc.get("stuck") or {}
     if not isinstance(attempts, dict) or not isinstance(stuck, dict):
         raise ValueError("attempts and stuck are objects")
+    healthy_at = doc.get("healthy_at")
+    if healthy_at is not None and (isinstance(healthy_at, bool) or not isinstance(healthy_at, (int, float)) or not math.isfinite(healthy_at)):
+        raise ValueError("healthy_at is a time")
     return Journal(
         entries=tuple(_entry(d) for d in doc.get("entries") or ()),
         boot_id=doc.get("boot_id") if isinstance(doc.get("boot_id"), str) else None,
         attempts={str(k): int(v) for k, v in attempts.items()},
         stuck={str(k): str(v) for k, v in stuck.items()},
+        healthy_at=float(healthy_at) if healthy_at is not None else None,
     )
 
 
 def render_journal(j: Journal) -> str:
     doc = {"format": FORMAT, "version": VERSION, "boot_id": j.boot_id, "attempts": j.attempts, "stuck": j.stuck,
-           "entries": [e.to_json() for e in j.entries]}
+           "healthy_at": j.healthy_at, "entries": [e.to_json() for e in j.entries]}
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 

@@ -136,6 +136,53 @@ def test_a_node_healthy_while_in_mode_plan_gets_no_boot_grace_window_after_a_rel
     assert applied == [], f"changed in a boot-grace window of a node that had been healthy: {e._window}"
 
 
+def _in_boot_grace(tmp_path: Path, faults: list[str]) -> tuple[Path, AgentConfig, HostRoot, State]:
+    """A node booted a minute ago (boot grace a day), mode apply for mtu, ``faults`` on it; its
+    State: the drift findings only (healthy: drift is a warning)."""
+    root = sim.build_tree("h100-roce", tmp_path / "node", faults=faults)
+    cfg = _config(tmp_path, root, '["mtu"]')
+    cfg = cfg.model_copy(update={"lifecycle": cfg.lifecycle.model_copy(update={"boot_grace_s": 86400.0})})
+    host = HostRoot.at(root)
+    snap = collect_once(host, cfg)
+    snap = snap.model_copy(update={"system": snap.system.model_copy(update={"booted_at": time.time() - 60})})
+    drift = tuple(drift_findings(plan(snap, cfg), "apply"))
+    return root, cfg, host, State(seq=1, generated_at=time.time(), started_at=time.time(), config=cfg, ready=True, snapshot=snap, findings=drift)
+
+
+def _sick(st: State) -> State:
+    from agentd.judging.findings import finding, netdev_subject
+
+    crit = finding("roce.pfc.disabled", "critical", netdev_subject("ens2np0"), "PFC off")
+    return dataclasses.replace(st, seq=st.seq + 1, findings=(*st.findings, crit))
+
+
+def test_a_daemon_restarted_within_boot_grace_remembers_the_node_was_healthy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Healthy was kept in memory only: a daemon restarted (an upgrade, an OOM kill) within
+    boot grace while a critical finding stood opened the boot-grace window again and changed
+    settings under the jobs the healthy node had taken. The journal now keeps it for the boot."""
+    root, cfg, host, healthy = _in_boot_grace(tmp_path, ["mtu_mismatch@ens1np0"])
+    first = _Daemon(host, cfg, healthy, _Log())
+    applied = _record_changes(monkeypatch, root)
+    asyncio.run(Enforcer().step(first))  # healthy: no window, and the journal says so
+    assert applied == []
+    restarted = _Daemon(host, cfg, _sick(healthy), _Log())
+    e = Enforcer()
+    asyncio.run(e.step(restarted))
+    assert applied == [], f"a restarted daemon changed a node that had been healthy this boot: {e._window}"
+    assert e._window == (False, "no safe window: the node is not in maintenance and not in boot grace (enforce.when_gpus_idle is off)")
+
+
+def test_the_healthy_mark_is_for_one_boot_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next boot comes up anew: its boot-grace window opens again before its first
+    healthy collection (and the mark of the boot before is forgotten)."""
+    root, cfg, host, healthy = _in_boot_grace(tmp_path, ["mtu_mismatch@ens1np0"])
+    asyncio.run(Enforcer().step(_Daemon(host, cfg, healthy, _Log())))
+    (root / "proc/sys/kernel/random/boot_id").write_text("00000000-0000-4000-8000-00000000b007\n")
+    applied = _record_changes(monkeypatch, root)
+    asyncio.run(Enforcer().step(_Daemon(host, cfg, _sick(healthy), _Log())))
+    assert applied == ["ens1np0"], "the next boot's grace window did not open"
+
+
 def _maintenance_daemon(tmp_path: Path, faults: list[str], knobs: str, **enforce: object) -> tuple[Path, _Daemon]:
     root = sim.build_tree("h100-roce", tmp_path / "node", faults=faults)
     cfg = _config(tmp_path, root, knobs)

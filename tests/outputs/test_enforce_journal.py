@@ -27,7 +27,8 @@ def entry(i: int, state: str = "applied", knob: str = "mtu") -> Entry:
 
 
 def test_round_trip(tmp_path: Path) -> None:
-    j = Journal(entries=(entry(1), entry(2, "failed")), boot_id="b1", attempts={"mtu@eth1": 1}, stuck={"mtu@eth2": "failed: EINVAL"})
+    j = Journal(entries=(entry(1), entry(2, "failed")), boot_id="b1", attempts={"mtu@eth1": 1}, stuck={"mtu@eth2": "failed: EINVAL"},
+                healthy_at=1_790_000_000.5)
     path = journal_path(tmp_path)
     assert save_journal(path, j).ok
     assert load_journal(path) == j
@@ -76,11 +77,26 @@ def test_a_file_that_cannot_be_set_aside_stops_every_change(tmp_path: Path) -> N
 
 
 def test_a_new_boot_forgets_attempts_and_stuck_settings() -> None:
-    j = Journal(entries=(entry(1),), boot_id="b1", attempts={"mtu@eth1": 3}, stuck={"mtu@eth1": "failed"})
+    j = Journal(entries=(entry(1),), boot_id="b1", attempts={"mtu@eth1": 3}, stuck={"mtu@eth1": "failed"}, healthy_at=5.0)
     assert j.for_boot("b1") is j
     new = j.for_boot("b2")
-    assert (new.attempts, new.stuck, new.entries) == ({}, {}, j.entries)
+    assert (new.attempts, new.stuck, new.healthy_at, new.entries) == ({}, {}, None, j.entries)
     assert j.tried("mtu@eth1").attempts == {"mtu@eth1": 4} and j.reset().stuck == {}
+    assert j.reset().healthy_at == 5.0  # `status --reset` forgets attempts, not that the node was healthy
+
+
+@pytest.mark.parametrize("value", ["true", '"yesterday"', "[1]", "NaN", "Infinity"])
+def test_a_healthy_mark_that_is_not_a_time_is_not_a_journal(value: str) -> None:
+    bad = render_journal(Journal(healthy_at=1.0)).replace('"healthy_at": 1.0', f'"healthy_at": {value}')
+    assert value in bad
+    with pytest.raises(ValueError):
+        parse_journal(bad.encode())
+
+
+def test_a_journal_written_before_the_healthy_mark_reads_as_never_healthy() -> None:
+    old = render_journal(Journal(boot_id="b1")).replace(' "healthy_at": null,\n', "")
+    assert "healthy_at" not in old
+    assert parse_journal(old.encode()).healthy_at is None
 
 
 def test_unknown_states_are_refused() -> None:
