@@ -156,7 +156,9 @@ def _watched_links(snap: NodeSnapshot) -> dict[str, bool]:
 
 
 def _link_text(speed: str | None, width: int | None) -> str:
-    return f"{speed or 'unknown speed'} x{width if width is not None else '?'}"
+    """'32.0 GT/s PCIe x16'; what is not known (a port above a GPU: its speed is not judged)
+    is left out, never named 'unknown'."""
+    return " ".join(p for p in (speed, f"x{width}" if width is not None else None) if p)
 
 
 def check_retrained(inp: CheckInput) -> list[Finding]:
