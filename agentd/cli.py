@@ -750,7 +750,34 @@ def _remove_unpacked_captures() -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from agentd.daemon.app import main_run
 
-    return main_run(args)
+    _end_process(main_run(args))
+
+
+def _end_process(code: int) -> NoReturn:
+    """End the daemon's process here, not by the interpreter's shutdown. Its lanes are daemon
+    threads (one may sit in a hung read for ever); one that is writing a log line when the
+    shutdown begins is frozen holding stdout's or stderr's lock, and the shutdown's own flush
+    then aborts the process (SIGABRT: "could not acquire lock for <stdout> at interpreter
+    shutdown, possibly due to daemon threads"): a clean stop read as a crash by systemd. So:
+    the exit handlers (they remove unpacked captures and demo trees), a flush bounded to a
+    second (a thread may hold the lock in a write to a pipe nobody reads), then ``os._exit``.
+    Only for ``agentd run``, which ends the process: never call it in a test's process."""
+    import atexit
+    import threading
+
+    atexit._run_exitfuncs()  # what the interpreter's shutdown would run first
+
+    def flush() -> None:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except (OSError, ValueError):  # a closed pipe, a closed file
+                pass
+
+    flusher = threading.Thread(target=flush, name="exit-flush", daemon=True)
+    flusher.start()
+    flusher.join(1.0)
+    os._exit(code)
 
 
 COMMANDS = {

@@ -115,3 +115,35 @@ daemon_mod.load_config = load_config
     finally:
         rc, err = stop(p)
     assert rc == 0, err[-2000:]
+
+
+def test_sigterm_ends_the_daemon_while_a_thread_writes_to_its_stdout(tmp_path: Path) -> None:
+    """A worker thread in the middle of a write to stdout when the daemon stops (a log line;
+    here a pipe the reader drains only at the end, so the write blocks): the interpreter's
+    shutdown froze the thread holding stdout's lock, then aborted on its own flush (SIGABRT:
+    "could not acquire lock for <stdout> at interpreter shutdown"): a clean stop that
+    systemd reads as a crash. The same race failed the reload test above once under load."""
+    go = tmp_path / "go"
+    patch = f"""
+import time
+def chatter():
+    while not os.path.exists({str(go)!r}):
+        time.sleep(0.01)
+    while True:
+        sys.stdout.write("x" * 4096 + "\\n")
+        sys.stdout.flush()
+threading.Thread(target=chatter, name="chatter", daemon=True).start()
+"""
+    p, _ = start(tmp_path, patch)
+    try:
+        assert p.stdout is not None
+        while "agentd: serving" not in (line := p.stdout.readline()):
+            assert line, "the daemon ended before it served"
+        url = line.split("try: curl -s ", 1)[1].split("/health")[0]
+        wait_for(lambda: answers(url + "/livez"), "an answer")
+        go.touch()
+        for _ in range(4):  # the writer is running: what it wrote arrives (then the pipe fills: nobody reads)
+            assert p.stdout.readline().startswith("xxxx")
+    finally:
+        rc, err = stop(p)
+    assert rc == 0, err[-2000:]
