@@ -72,6 +72,15 @@ def answers(url: str) -> bool:
         return False
 
 
+def serving(p: subprocess.Popen[str]) -> None:
+    """Until the daemon answers: its signal handlers are in place."""
+    assert p.stdout is not None
+    while "agentd: serving" not in (line := p.stdout.readline()):
+        assert line, "the daemon ended before it served"
+    url = line.split("try: curl -s ", 1)[1].split("/health")[0]
+    wait_for(lambda: answers(url + "/livez"), "an answer")
+
+
 def stop(p: subprocess.Popen[str]) -> tuple[int | None, str]:
     p.send_signal(signal.SIGTERM)
     try:
@@ -105,12 +114,9 @@ daemon_mod.load_config = load_config
 """
     p, _ = start(tmp_path, patch)
     try:
-        assert p.stdout is not None
-        while "agentd: serving" not in (line := p.stdout.readline()):
-            assert line, "the daemon ended before it served"
-        url = line.split("try: curl -s ", 1)[1].split("/health")[0]
-        wait_for(lambda: answers(url + "/livez"), "an answer")  # serving: its signal handlers are in place
+        serving(p)
         p.send_signal(signal.SIGHUP)
+        assert p.stdout is not None
         assert p.stdout.readline() == "reloading\n"
     finally:
         rc, err = stop(p)
@@ -136,12 +142,9 @@ threading.Thread(target=chatter, name="chatter", daemon=True).start()
 """
     p, _ = start(tmp_path, patch)
     try:
-        assert p.stdout is not None
-        while "agentd: serving" not in (line := p.stdout.readline()):
-            assert line, "the daemon ended before it served"
-        url = line.split("try: curl -s ", 1)[1].split("/health")[0]
-        wait_for(lambda: answers(url + "/livez"), "an answer")
+        serving(p)
         go.touch()
+        assert p.stdout is not None
         for _ in range(4):  # the writer is running: what it wrote arrives (then the pipe fills: nobody reads)
             assert p.stdout.readline().startswith("xxxx")
     finally:
