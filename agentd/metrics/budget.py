@@ -20,9 +20,9 @@ the last apply time once a change was made): 4 to 5 series a knob.
 
 | node | defaults | all detail on |
 |---|---|---|
-| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,147 | 2,880 |
-| `h100-ib with [enforce]` (mode plan, every knob named: `agentd_enforce_info`, `agentd_enforce_drift` per knob) | 1,156 | 2,889 |
-| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,003 | 5,208 |
+| `h100-ib` (8x H100 SXM, 18 NVLinks each, 8 NDR compute + 2 RoCE storage NICs) | 1,147 | 2,856 |
+| `h100-ib with [enforce]` (mode plan, every knob named: `agentd_enforce_info`, `agentd_enforce_drift` per knob) | 1,156 | 2,865 |
+| `large-16gpu-18nic` (16x H100, 16 NDR compute + 2 storage NICs) | 2,003 | 5,184 |
 | `no-gpu-no-hca` (a node without GPUs or HCAs) | 110 | 110 |
 
 What the defaults fold, and the key that restores the per-item series (`[metrics]` in
@@ -37,7 +37,7 @@ agentd.toml, docs/config.md):
 | `agentd_ib_port_pma_saturated` 0 for every fixed-width counter | the flag (1) only for a saturated counter, and `agentd_ib_pma_saturated_counters` for the node | - (a 0 flag says no more than the count) |
 | PCIe link speed/width, ACS and AER totals of every bridge | link series for every GPU, HCA and NVSwitch, and for a bridge while it runs below its own maximum; the ACS flag where redirect is on, and `agentd_pcie_acs_redirect_bridges`; AER totals per GPU and HCA function, the bridges' summed per severity (`agentd_pcie_aer_bridge_errors_total`) | `pcie_bridges` |
 | RoCE per-priority counters for priorities 0-7 | `roce.priority` (the lossless class) on its own, the other seven summed as `priority="other"` | `roce_every_priority` |
-| every HCA temperature sensor (2 per ConnectX-7 with a module: 20 on h100-ib) with its critical and highest temperatures; every module's identity, temperature, supply voltage, lanes (Rx/Tx power, bias: 24 for an 8-lane module) and thresholds (20); the PHY's link-down events and corrected FEC blocks | the node's hottest HCA sensor (`agentd_nic_temperature_max_celsius`) and hottest module (`agentd_transceiver_temperature_max_celsius`); per Ethernet port its weakest lit lane's Rx power (`agentd_transceiver_rx_power_min_watts`), uncorrectable FEC blocks and corrected bits; the findings judge every sensor, module, lane and threshold, and count link-downs (`optics.link.down_events`) | `optics_detail` |
+| every HCA temperature sensor (2 per ConnectX-7 with a module: 20 on h100-ib) with its critical and highest temperatures; every module's identity, temperature, supply voltage, lanes (Rx/Tx power, bias: 24 for an 8-lane OSFP, 12 for a 4-lane QSFP28) and thresholds (20); the PHY's link-down events and corrected FEC blocks | the node's hottest HCA sensor (`agentd_nic_temperature_max_celsius`) and hottest module (`agentd_transceiver_temperature_max_celsius`); per Ethernet port its weakest lit lane's Rx power (`agentd_transceiver_rx_power_min_watts`), uncorrectable FEC blocks and corrected bits; the findings judge every sensor, module, lane and threshold, and count link-downs (`optics.link.down_events`) | `optics_detail` |
 
 Trade-offs. A counter series that appears only once it is non-zero loses its first
 increment in `rate()`/`increase()` (Prometheus has no earlier sample to subtract), so

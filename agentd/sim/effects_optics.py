@@ -9,19 +9,22 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.base.jsontypes import JsonObject
-from agentd.base.sff import PAGE_SIZE, POWER_PER_W, TEMP_PER_C, THRESHOLD_ORDER, Cmis
+from agentd.base.sff import PAGE_SIZE, POWER_PER_W, TEMP_PER_C, THRESHOLD_ORDER, Cmis, Sff8636
 from agentd.sim import effects_link
 from agentd.sim.optics import (
     HIGHEST_ABOVE_C,
     MODULE_C,
+    QSFP28_THRESHOLDS,
     THRESHOLDS,
     answers_path,
     hwmon_dir,
+    is_sff8636,
     mdeg,
     module_answer,
     netdev_answers,
     pages_of,
     put,
+    set_sff8636_rx_flag,
     u16,
     write_answers,
 )
@@ -68,12 +71,16 @@ def module_hot_apply(ctx: Ctx, t: Target, celsius: int) -> None:
     ctx.write(f"{d}/temp2_input", mdeg(celsius))
     ctx.write(f"{d}/temp2_highest", mdeg(max(celsius, MODULE_C + HIGHEST_ABOVE_C)))
     if t.hca is not None and t.hca.link_layer == "Ethernet":
-        warn, alarm = THRESHOLDS["temp"][2], THRESHOLDS["temp"][0]
 
         def hot(pages: dict[tuple[int, int, int], bytearray]) -> None:
             lower = pages[(0, 0, 0)]
-            put(lower, Cmis.TEMP, struct.pack(">h", round(celsius * TEMP_PER_C)))
-            lower[Cmis.MODULE_FLAGS] |= (0x01 if celsius >= alarm else 0) | (0x04 if celsius >= warn else 0)  # latched high alarm/warning
+            sff = is_sff8636(lower)
+            alarm, _, warn, _ = (QSFP28_THRESHOLDS if sff else THRESHOLDS)["temp"]
+            put(lower, Sff8636.TEMP if sff else Cmis.TEMP, struct.pack(">h", round(celsius * TEMP_PER_C)))
+            if sff:  # byte 6 bits 7 and 5
+                lower[6] |= (0x80 if celsius >= alarm else 0) | (0x20 if celsius >= warn else 0)
+            else:  # latched high alarm/warning
+                lower[Cmis.MODULE_FLAGS] |= (0x01 if celsius >= alarm else 0) | (0x04 if celsius >= warn else 0)
 
         _edit_pages(ctx, t.the_netdev, hot)
 
@@ -89,9 +96,14 @@ def module_hot_on_clear(ctx: Ctx, t: Target) -> None:
 
 
 def rx_power_low_apply(ctx: Ctx, t: Target, lane: int) -> None:
-    low_alarm = THRESHOLDS["rx_power"][1]
-
     def dark(pages: dict[tuple[int, int, int], bytearray]) -> None:
+        lower = pages[(0, 0, 0)]
+        if is_sff8636(lower):  # the lower page holds the 4 lanes' monitors and flags
+            put(lower, Sff8636.RX_POWER + 2 * (lane - 1), u16(QSFP28_THRESHOLDS["rx_power"][1] / 2, POWER_PER_W))
+            for name in ("low_alarm", "low_warning"):
+                set_sff8636_rx_flag(lower, lane, name)
+            return
+        low_alarm = THRESHOLDS["rx_power"][1]
         p11 = pages[(Cmis.LANE_PAGE, 0, PAGE_SIZE)]
         put(p11, Cmis.RX_POWER + 2 * (lane - 1), u16(low_alarm / 2, POWER_PER_W))
         for name in ("low_alarm", "low_warning"):  # the module latches both flags of the lane

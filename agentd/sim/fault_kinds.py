@@ -189,7 +189,7 @@ _KINDS = [
     # issue 38: the physical layer (agentd.sim.optics)
     Kind("module_hot", "port", "the HCA's hwmon module sensor (temp2_input, temp2_highest) reads VALUE degC (default 78: above its crit 70 and the module's own high alarm 75); a RoCE port's module EEPROM too: lower page temperature and its latched high alarm/warning flags (restored)",
          O.module_hot_apply, O.module_hot_restores, _int(-40, 150), _const(78), "degC (default 78)", O.module_file, O.module_hot_on_clear),
-    Kind("rx_power_low", "roce", "the module EEPROM's page 11h: lane VALUE (default 1) receives half the module's Rx power low alarm (0.04 mW, -14 dBm) and its low alarm and low warning flags are latched (restored)",
+    Kind("rx_power_low", "roce", "the module EEPROM's page 11h (a QSFP28's lower page): lane VALUE (default 1) receives half the module's Rx power low alarm (0.04 mW, -14 dBm; a QSFP28's 0.023 mW) and its low alarm and low warning flags are latched (restored)",
          O.rx_power_low_apply, O.module_restores, _int(1, 4), _const(1), "lane 1-4 (default 1)", O.module_file, O.module_hot_on_clear),
     Kind("fec_errors", "roce", "ethtool rx_corrected_bits_phy += N (default 10^12), the FEC netlink answer's corrected blocks += N/100 and uncorrectable blocks += N/10^9 (at least 1): a pre-FEC BER far above the limit and frames lost; applying again adds more (advanced, as pause_storm)",
          O.fec_errors_apply, O.module_restores, _int(1, 10**15), _const(10**12), "N corrected bits", O.fec_advancing),

@@ -109,3 +109,48 @@ def test_the_pages_keep_their_layout():
     assert set(pages) == {(0, 0, 0), (0, 0, PAGE_SIZE), (1, 0, PAGE_SIZE), (2, 0, PAGE_SIZE), (Cmis.LANE_PAGE, 0, PAGE_SIZE)}
     assert all(len(v) == PAGE_SIZE for v in pages.values())
     assert so.pages_of(so.module_answer(pages)) == pages
+
+
+# ---------------------------------------------------------------------------
+# a 100 GbE port's QSFP28 (SFF-8636): the storage NICs
+
+
+def test_the_qsfp28_has_the_real_modules_identity_and_thresholds():
+    """The simulated QSFP28 decodes, through the decoder of real modules, to the identity
+    and thresholds of the real Mellanox module dumped in tests/fixtures/eeprom/, with the
+    serial and live lane values the simulator gives it."""
+    from tests.support.eeprom_dumps import EEPROM, flat_bytes, pages_of_flat
+
+    real = decode(pages_of_flat(flat_bytes(EEPROM / "sff8636-qsfp28-mlxsw-netdev-2019.txt")), "ioctl")
+    lanes = [(0.0008, 0.0009, 0.007), (0.0007, 0.00085, 0.0069), (0.0006, 0.0008, 0.0068), (0.0005, 0.00075, 0.0067)]
+    m = decode(so.sff8636_pages("SN9", temp_c=41.5, lanes=lanes, rx_flags={"low_warning": 0b1000, "high_alarm": 0b0001}), "recorded")
+    assert (m.spec, m.identifier_name) == ("sff8636", "QSFP28") and m.problem is None
+    keep = ("identifier", "vendor", "oui", "part_number", "vendor_revision", "date_code", "copper", "temperature_thresholds",
+            "vcc_thresholds", "rx_power_thresholds", "tx_power_thresholds", "tx_bias_thresholds")
+    assert m.model_dump(include=set(keep)) == real.model_dump(include=set(keep))
+    assert (m.serial, m.temperature_c) == ("SN9", 41.5) and m.vcc_v == pytest.approx(so.QSFP28_VCC_V, abs=1e-4)
+    assert [lane.lane for lane in m.lanes_in_use] == [1, 2, 3, 4]
+    for lane, (rx, tx, bias) in zip(m.lanes, lanes):
+        assert lane.rx_power_w == pytest.approx(rx, abs=1e-7) and lane.tx_power_w == pytest.approx(tx, abs=1e-7)
+        assert lane.tx_bias_a == pytest.approx(bias, abs=2e-6)
+    assert [lane.rx_power_flags for lane in m.lanes] == [("high_alarm",), (), (), ("low_warning",)]
+
+
+@pytest.mark.tree
+def test_storage_nics_carry_a_qsfp28_and_its_faults_edit_it(tmp_path: Path):
+    ib = sim.build_tree("h100-ib", tmp_path / "ib")
+    storage = [h for h in sim.PROFILES["h100-ib"].hcas if h.link_layer == "Ethernet"]
+    assert storage and all(h.rate.startswith("100 ") for h in storage)
+    before = collect(ib)
+    nd = storage[0].netdev
+    was = next(n for n in before.netdevs if n.name == nd).module
+    assert was is not None and (was.spec, was.part_number, len(was.lanes_in_use)) == ("sff8636", so.QSFP28_PART, 4)
+    sim.apply_fault(ib, f"module_hot@{nd}=82")
+    sim.apply_fault(ib, f"rx_power_low@{nd}=3")
+    m = next(n for n in collect(ib).netdevs if n.name == nd).module
+    assert m is not None and m.temperature_c == 82 and m.temperature_flags == ("high_alarm", "high_warning")
+    assert m.lanes[2].rx_power_w is not None and m.lanes[2].rx_power_w < so.QSFP28_THRESHOLDS["rx_power"][1]
+    assert [lane.rx_power_flags for lane in m.lanes] == [(), (), ("low_alarm", "low_warning"), ()]
+    for spec in ("module_hot", "rx_power_low"):
+        sim.clear_fault(ib, f"{spec}@{nd}")
+    assert next(n for n in collect(ib).netdevs if n.name == nd).module == was
