@@ -126,9 +126,13 @@ def _mark_healthy(host: HostRoot, config: AgentConfig, at: float) -> bool:
         if not held:
             return False
         path = journal_path(state_dir)
-        j = load_journal(path).for_boot(boot)
+        # a damaged journal is left for `agentd enforce apply` or rollback to set aside (and
+        # say so): JournalError, said by the caller, tried again later
+        j = load_journal(path, set_aside=False).for_boot(boot)
         if j.healthy_at is None:
-            save_journal(path, replace(j, healthy_at=at, note=""))
+            res = save_journal(path, replace(j, healthy_at=at))
+            if not res.ok:
+                raise OSError(f"cannot write {path}: {res.error}")
         return True
 
 

@@ -172,6 +172,22 @@ def test_a_daemon_restarted_within_boot_grace_remembers_the_node_was_healthy(tmp
     assert e._window == (False, "no safe window: the node is not in maintenance and not in boot grace (enforce.when_gpus_idle is off)")
 
 
+def test_the_healthy_mark_never_sets_a_damaged_journal_aside(tmp_path: Path) -> None:
+    """The daemon's bookkeeping (in every mode, plan too) leaves a journal it cannot read
+    where it is, for `agentd enforce apply` or rollback to set aside and say so; it says
+    why it could not write, and the node's boot grace stays closed in this process."""
+    root, cfg, host, healthy = _in_boot_grace(tmp_path, ["mtu_mismatch@ens1np0"])
+    journal = tmp_path / "state" / "enforce-journal.json"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.write_text("{ not json")
+    daemon = _Daemon(host, cfg, healthy, _Log())
+    e = Enforcer()
+    asyncio.run(e.step(daemon))
+    assert journal.read_text() == "{ not json" and list(journal.parent.glob("enforce-journal.json.bad-*")) == []
+    assert any(ev == "enforce.journal_unwritable" and "is not a journal" in str(kw["error"]) for ev, kw in daemon.log.lines)
+    assert e._healthy_seen
+
+
 def test_the_healthy_mark_is_for_one_boot_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The next boot comes up anew: its boot-grace window opens again before its first
     healthy collection (and the mark of the boot before is forgotten)."""
