@@ -55,7 +55,7 @@ class LiveActuators:
         if s.netdev is not None and s.ifindex is not None:
             try:
                 index: int | None = socket.if_nametoindex(nd)
-            except OSError:
+            except (OSError, ValueError):  # no such device; a name no device can have (a NUL: a damaged journal's)
                 index = None
             refused = renamed(s, index)
             if refused is not None:
