@@ -73,12 +73,13 @@ def _subject(snap: NodeSnapshot, e: KernelEvent) -> Subject:
     bus = e.device
     if bus is None:
         return NODE
-    if e.kind in ("xid", "gpu_off_bus", "nvrm"):
+    about = FINDING_CODES.get(e.kind, "").split(".", 1)[0]  # what the kind's finding is about: a GPU, an HCA
+    if about == "gpu":
         for g in snap.gpus:
             if g.pci_bus_id == bus:
                 return gpu_subject(g.index, g.pci_bus_id)
         return gpu_subject(bus_id=bus)
-    if e.kind in ("mlx5", "efa"):
+    if about == "hca":
         for h in snap.hcas:
             if h.pci_bus_id == bus:
                 return hca_subject(h.name)
